@@ -1,0 +1,252 @@
+"""MultiHeadAttention (§3.2.2) proven equal to torch.nn.MultiheadAttention on copied weights."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from annotated.attention import attention
+from annotated.masks import causal_mask, padding_mask
+from annotated.multi_head import MultiHeadAttention
+
+
+def make_pair(d_model: int, n_heads: int, seed: int = 0, bias: bool = True):
+    """Our layer and PyTorch's, in eval mode, dropout 0, sharing the same weights."""
+    torch.manual_seed(seed)
+    ours = MultiHeadAttention(d_model, n_heads, dropout=0.0, bias=bias).eval()
+    theirs = nn.MultiheadAttention(
+        d_model, n_heads, dropout=0.0, bias=bias, batch_first=True
+    ).eval()
+    with torch.no_grad():  # PyTorch packs W_q, W_k, W_v into one in_proj_weight (3D, D)
+        theirs.in_proj_weight.copy_(torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight]))
+        theirs.out_proj.weight.copy_(ours.W_o.weight)
+        if bias:
+            theirs.in_proj_bias.copy_(torch.cat([ours.W_q.bias, ours.W_k.bias, ours.W_v.bias]))
+            theirs.out_proj.bias.copy_(ours.W_o.bias)
+    return ours, theirs
+
+
+@pytest.fixture(autouse=True)
+def no_fast_path():
+    """Keep nn.MultiheadAttention on its reference (math) path."""
+    before = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    yield
+    torch.backends.mha.set_fastpath_enabled(before)
+
+
+def run_theirs(theirs, q, k, v, **kw):
+    return theirs(q, k, v, need_weights=False, **kw)[0]
+
+
+@pytest.mark.parametrize("keep_weights", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_equals_torch_without_mask(keep_weights, bias):
+    ours, theirs = make_pair(32, 4, bias=bias)
+    ours.keep_weights = keep_weights
+    q, kv = torch.randn(3, 5, 32), torch.randn(3, 7, 32)  # cross-attention: T=5, S=7
+    torch.testing.assert_close(ours(q, kv, kv), run_theirs(theirs, q, kv, kv))
+
+
+@pytest.mark.parametrize("keep_weights", [False, True])
+def test_equals_torch_with_padding_mask(keep_weights):
+    ours, theirs = make_pair(32, 8)
+    ours.keep_weights = keep_weights
+    tokens = torch.tensor([[3, 4, 5, 6, 7, 8], [3, 4, 5, 0, 0, 0], [9, 0, 0, 0, 0, 0]])
+    x = torch.randn(3, 6, 32)
+    mask = padding_mask(tokens, 0)  # (B, 1, 1, S), True = attend
+    expected = run_theirs(theirs, x, x, x, key_padding_mask=~mask[:, 0, 0])  # theirs: True = ignore
+    torch.testing.assert_close(ours(x, x, x, mask=mask), expected)
+
+
+@pytest.mark.parametrize("keep_weights", [False, True])
+def test_equals_torch_with_causal_mask(keep_weights):
+    ours, theirs = make_pair(16, 2)
+    ours.keep_weights = keep_weights
+    x = torch.randn(2, 9, 16)
+    expected = run_theirs(theirs, x, x, x, attn_mask=~causal_mask(9)[0, 0])
+    torch.testing.assert_close(ours(x, x, x, mask=causal_mask(9)), expected)
+
+
+def test_kept_weights_match_torch_average_and_shape():
+    ours, theirs = make_pair(16, 4)
+    ours.keep_weights = True
+    x = torch.randn(2, 5, 16)
+    ours(x, x, x, mask=causal_mask(5))
+    assert ours.weights.shape == (2, 4, 5, 5)
+    _, their_weights = theirs(x, x, x, attn_mask=~causal_mask(5)[0, 0], average_attn_weights=False)
+    torch.testing.assert_close(ours.weights, their_weights)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    batch=st.integers(1, 3),
+    t=st.integers(1, 8),
+    s=st.integers(1, 8),
+    n_heads=st.sampled_from([1, 2, 4]),
+    d_k=st.integers(1, 6),
+    seed=st.integers(0, 1000),
+)
+def test_equals_torch_over_random_shapes(batch, t, s, n_heads, d_k, seed):
+    d_model = n_heads * d_k
+    ours, theirs = make_pair(d_model, n_heads, seed=seed)
+    q, kv = torch.randn(batch, t, d_model), torch.randn(batch, s, d_model)
+    lengths = torch.randint(1, s + 1, (batch,))
+    mask = (torch.arange(s)[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, S)
+    expected = run_theirs(theirs, q, kv, kv, key_padding_mask=~mask[:, 0, 0])
+    torch.testing.assert_close(ours(q, kv, kv, mask=mask), expected)
+    ours.keep_weights = True
+    torch.testing.assert_close(ours(q, kv, kv, mask=mask), expected)
+
+
+def test_equals_h_separate_single_head_attentions():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(24, 3, dropout=0.0).eval()
+    x = torch.randn(2, 5, 24)
+    heads = []
+    for i in range(3):
+        rows = slice(i * 8, (i + 1) * 8)
+        q = x @ mha.W_q.weight[rows].T + mha.W_q.bias[rows]
+        k = x @ mha.W_k.weight[rows].T + mha.W_k.bias[rows]
+        v = x @ mha.W_v.weight[rows].T + mha.W_v.bias[rows]
+        heads.append(attention(q, k, v)[0])
+    torch.testing.assert_close(mha(x, x, x), mha.W_o(torch.cat(heads, dim=-1)))
+
+
+class ViewOnlyHeads(MultiHeadAttention):
+    """The common bug: split heads with a bare view, without the transpose."""
+
+    def split_heads(self, x):
+        B, T, _ = x.shape
+        return x.view(B, self.n_heads, T, self.d_k)
+
+    def merge_heads(self, x):
+        B, _, T, _ = x.shape
+        return x.reshape(B, T, self.d_model)
+
+
+def test_equality_check_catches_view_without_transpose():
+    ours, theirs = make_pair(32, 4)
+    buggy = ViewOnlyHeads(32, 4, dropout=0.0).eval()
+    buggy.load_state_dict(ours.state_dict())
+    x = torch.randn(2, 6, 32)
+    expected = run_theirs(theirs, x, x, x)
+    torch.testing.assert_close(ours(x, x, x), expected)
+    assert (buggy(x, x, x) - expected).abs().max() > 1e-2  # same shapes, wrong numbers
+
+
+def test_causality_future_keys_cannot_change_earlier_outputs():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, dropout=0.0).eval()
+    x = torch.randn(2, 8, 16)
+    y = x.clone()
+    y[:, 5:] = torch.randn(2, 3, 16)
+    out_x, out_y = mha(x, x, x, mask=causal_mask(8)), mha(y, y, y, mask=causal_mask(8))
+    torch.testing.assert_close(out_x[:, :5], out_y[:, :5])
+    assert not torch.allclose(out_x[:, 5:], out_y[:, 5:])
+
+
+@pytest.mark.parametrize("keep_weights", [False, True])
+def test_pad_keys_and_values_cannot_change_outputs(keep_weights):
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, dropout=0.0).eval()
+    mha.keep_weights = keep_weights
+    tokens = torch.tensor([[5, 6, 7, 0, 0]])
+    q, kv = torch.randn(1, 3, 16), torch.randn(1, 5, 16)
+    kv2 = kv.clone()
+    kv2[:, 3:] = 100 * torch.randn(1, 2, 16)
+    mask = padding_mask(tokens, 0)
+    torch.testing.assert_close(mha(q, kv, kv, mask=mask), mha(q, kv2, kv2, mask=mask))
+
+
+@pytest.mark.parametrize("keep_weights", [False, True])
+def test_fully_masked_row_is_finite(keep_weights):
+    mha = MultiHeadAttention(8, 2, dropout=0.0).eval()
+    mha.keep_weights = keep_weights
+    x = torch.randn(1, 3, 8, requires_grad=True)
+    mask = torch.zeros(1, 1, 3, 3, dtype=torch.bool)
+    mask[..., 0, :] = True  # only query 0 may look at anything
+    out = mha(x, x, x, mask=mask)
+    assert torch.isfinite(out).all()
+    out.sum().backward()
+    assert torch.isfinite(x.grad).all()
+
+
+def test_dropout_is_active_only_in_training():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 2, dropout=0.5)
+    x = torch.randn(2, 6, 16)
+    assert not torch.allclose(mha(x, x, x), mha(x, x, x))  # training: two different dropout draws
+    mha.eval()
+    torch.testing.assert_close(mha(x, x, x), mha(x, x, x))
+
+
+def test_gradients_reach_every_parameter():
+    mha = MultiHeadAttention(16, 4, dropout=0.0)
+    x = torch.randn(2, 5, 16)
+    mha(x, x, x, mask=causal_mask(5)).pow(2).sum().backward()
+    for name, p in mha.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize(("d_model", "n_heads"), [(10, 3), (8, 0), (6, 4)])
+def test_d_model_must_be_divisible_by_n_heads(d_model, n_heads):
+    with pytest.raises(
+        ValueError,
+        match=rf"d_model must be divisible by n_heads, got d_model={d_model} and n_heads={n_heads}",
+    ):
+        MultiHeadAttention(d_model, n_heads)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "match"),
+    [
+        (
+            ((2, 5, 16), (2, 5, 12), (2, 5, 16)),
+            r"key must have shape \(B, length, d_model=16\), got \(2, 5, 12\)",
+        ),
+        (
+            ((2, 5), (2, 5, 16), (2, 5, 16)),
+            r"query must have shape \(B, length, d_model=16\), got \(2, 5\)",
+        ),
+        (((2, 5, 16), (3, 5, 16), (3, 5, 16)), r"same batch size B, got 2, 3 and 3"),
+        (
+            ((2, 5, 16), (2, 6, 16), (2, 7, 16)),
+            r"key and value must have the same length S, got 6 and 7",
+        ),
+    ],
+)
+def test_bad_input_shapes_are_rejected(shapes, match):
+    mha = MultiHeadAttention(16, 4)
+    q, k, v = (torch.randn(*s) for s in shapes)
+    with pytest.raises(ValueError, match=match):
+        mha(q, k, v)
+
+
+@pytest.mark.parametrize(
+    ("mask", "error", "match"),
+    [
+        (torch.ones(2, 1, 1, 5), TypeError, r"mask must have dtype torch.bool.*got torch.float32"),
+        (
+            torch.ones(2, 1, 1, 5, dtype=torch.int64),
+            TypeError,
+            r"mask must have dtype torch.bool.*torch.int64",
+        ),
+        (
+            torch.ones(2, 1, 1, 4, dtype=torch.bool),
+            ValueError,
+            r"mask of shape \(2, 1, 1, 4\) cannot broadcast.*\(2, 4, 5, 5\)",
+        ),
+        (
+            torch.ones(3, 1, 1, 5, dtype=torch.bool),
+            ValueError,
+            r"mask of shape \(3, 1, 1, 5\) cannot broadcast",
+        ),
+    ],
+)
+def test_bad_masks_are_rejected(mask, error, match):
+    mha = MultiHeadAttention(16, 4)
+    x = torch.randn(2, 5, 16)
+    with pytest.raises(error, match=match):
+        mha(x, x, x, mask=mask)
