@@ -1,0 +1,90 @@
+"""Project wiring: the public API, Binder's environment, the repository setting, CI."""
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+CONDA_TO_PIP = {"pytorch-cpu": "torch"}  # conda-forge's CPU-only build of PyTorch
+
+
+def name_of(requirement: str) -> str:
+    return re.split(r"[<>=!~ \[;]", requirement.strip(), maxsplit=1)[0].lower()
+
+
+def test_public_api_imports():
+    import annotated
+
+    for name in annotated.__all__:
+        assert getattr(annotated, name) is not None, name
+    from annotated import MultiHeadAttention, attention, causal_mask, padding_mask  # noqa: F401
+
+
+def test_environment_yml_matches_pyproject():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert "python=3.11" in conda
+    listed = {
+        CONDA_TO_PIP.get(name_of(d), name_of(d))
+        for d in conda
+        if name_of(d) not in ("python", "pip")
+    }
+    listed |= {name_of(d) for d in pip if not d.startswith("-")}
+    required = {name_of(d) for d in PYPROJECT["project"]["dependencies"]}
+    assert listed == required
+    assert "-e ." in pip, "Binder must install the package itself from the repository"
+
+
+def test_constraints_pin_every_dependency_and_the_cpu_torch():
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if "==" in line:
+            name, version = line.split("==")
+            pins[name.lower().replace("_", "-")] = version
+    assert pins["torch"] == "2.13.0"  # the CPU wheel; an unpinned torch would pull a CUDA build
+    wanted = (
+        PYPROJECT["project"]["dependencies"] + PYPROJECT["project"]["optional-dependencies"]["dev"]
+    )
+    for requirement in wanted:
+        assert name_of(requirement).replace("_", "-") in pins, requirement
+
+
+def test_repository_links_agree_with_the_setting():
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "repo_url.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_repo_url_check_notices_a_stray_link():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import repo_url
+
+    text = "see https://colab.research.google.com/github/someone/else/blob/main/x.ipynb"
+    assert re.findall(repo_url.SLUG, text) == ["someone/else"]
+
+
+def test_notebooks_link_to_colab_and_binder_and_install_when_missing():
+    import json
+
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        first_md = "".join(cells[0]["source"])
+        assert (
+            f"notebooks/{path.name}" in first_md and "colab" in first_md and "mybinder" in first_md
+        ), path
+        first_code = "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
+        assert "except ImportError" in first_code and "pip" in first_code, path
+
+
+def test_ci_runs_the_readme_test_command():
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+    assert "make test" in (ROOT / "README.md").read_text()
