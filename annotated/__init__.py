@@ -5,12 +5,44 @@ this file, written by hand, re-exports the public API.
 """
 
 from annotated.attention import attention
+from annotated.decoder import Decoder, DecoderLayer
+from annotated.embeddings import Embeddings
+from annotated.encoder import Encoder, EncoderLayer
+from annotated.feed_forward import PositionwiseFeedForward
 from annotated.masks import causal_mask, padding_mask
+from annotated.model import Transformer, TransformerConfig, make_model
 from annotated.multi_head import MultiHeadAttention
+from annotated.norm import LayerNorm, SublayerConnection
+from annotated.positional import (
+    PositionalEncoding,
+    angular_frequencies,
+    relative_shift_matrix,
+    sinusoidal_encoding,
+)
+from annotated.viz import attention_chart
 
 __all__ = [
+    # attention (notebooks 02-04)
     "attention",
     "padding_mask",
     "causal_mask",
     "MultiHeadAttention",
+    # the rest of the model (notebooks 05-11)
+    "sinusoidal_encoding",
+    "angular_frequencies",
+    "relative_shift_matrix",
+    "PositionalEncoding",
+    "Embeddings",
+    "LayerNorm",
+    "SublayerConnection",
+    "PositionwiseFeedForward",
+    "EncoderLayer",
+    "Encoder",
+    "DecoderLayer",
+    "Decoder",
+    "TransformerConfig",
+    "Transformer",
+    "make_model",
+    # figures
+    "attention_chart",
 ]

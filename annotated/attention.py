@@ -10,15 +10,15 @@ import torch
 from torch import Tensor, nn
 
 # %% ../notebooks/02_scaled_dot_product.ipynb #c005
-def check_mask(mask: Tensor, scores_shape: torch.Size) -> None:
+def check_mask(mask: Tensor, scores_shape: torch.Size, name: str = "mask") -> None:
     """Raise a clear error unless `mask` is bool and broadcasts to the scores' shape (§3.2.3)."""
     if not isinstance(mask, Tensor):
         raise TypeError(
-            f"mask must be a torch.Tensor of dtype torch.bool, got {type(mask).__name__}"
+            f"{name} must be a torch.Tensor of dtype torch.bool, got {type(mask).__name__}"
         )
     if mask.dtype != torch.bool:
         raise TypeError(
-            f"mask must have dtype torch.bool (True = may attend), got {mask.dtype}; "
+            f"{name} must have dtype torch.bool (True = may attend), got {mask.dtype}; "
             "for a 0/1 tensor use mask.bool()"
         )
     try:
@@ -27,7 +27,7 @@ def check_mask(mask: Tensor, scores_shape: torch.Size) -> None:
         fits = False
     if not fits:  # a mask may only broadcast *to* the scores, never enlarge them
         raise ValueError(
-            f"mask of shape {tuple(mask.shape)} cannot broadcast to the attention scores "
+            f"{name} of shape {tuple(mask.shape)} cannot broadcast to the attention scores "
             f"of shape {tuple(scores_shape)} (…, T queries, S keys)"
         )
 

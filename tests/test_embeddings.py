@@ -1,0 +1,74 @@
+"""Tests for annotated.embeddings: the scaled look-up table of §3.4."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+from torch.testing import assert_close
+
+from annotated.embeddings import Embeddings
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    vocab_size=st.integers(1, 50),
+    d_model=st.integers(1, 64),
+    shape=st.lists(st.integers(1, 5), min_size=1, max_size=3),
+)
+def test_lookup_times_sqrt_d_model(vocab_size, d_model, shape):
+    torch.manual_seed(0)
+    emb = Embeddings(vocab_size, d_model)
+    tokens = torch.randint(0, vocab_size, shape)
+    out = emb(tokens)
+    assert out.shape == (*shape, d_model)
+    assert_close(out, emb.lut.weight[tokens] * math.sqrt(d_model))
+    assert_close(out, nn.functional.embedding(tokens, emb.lut.weight) * math.sqrt(d_model))
+
+
+def test_int32_ids_and_boundary_ids_are_accepted():
+    emb = Embeddings(10, 4)
+    ids = torch.tensor([[0, 9]], dtype=torch.int32)
+    assert_close(emb(ids), emb(ids.long()))
+
+
+def test_empty_batch_is_fine():
+    assert Embeddings(10, 4)(torch.empty(0, 3, dtype=torch.long)).shape == (0, 3, 4)
+
+
+def test_gradient_reaches_only_used_rows_scaled():
+    emb = Embeddings(10, 9)
+    emb(torch.tensor([[2, 5, 2]])).sum().backward()
+    grad = emb.lut.weight.grad
+    assert_close(grad[2], torch.full((9,), 2 * 3.0))  # used twice, times sqrt(9)
+    assert_close(grad[5], torch.full((9,), 3.0))
+    assert grad[[0, 1, 3, 4, 6, 7, 8, 9]].abs().sum() == 0
+
+
+def test_weight_can_be_tied_to_the_output_projection():
+    emb = Embeddings(12, 8)
+    generator = nn.Linear(8, 12, bias=False)
+    generator.weight = emb.lut.weight
+    h = torch.randn(2, 3, 8)
+    assert_close(generator(h), h @ emb.lut.weight.T)
+    assert len(list(nn.ModuleList([emb, generator]).parameters())) == 1
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        ([[0, 10]], r"token ids must lie in \[0, vocab_size=10\), got ids from 0 to 10"),
+        ([[-1, 3]], r"token ids must lie in \[0, vocab_size=10\), got ids from -1 to 3"),
+    ],
+)
+def test_out_of_range_ids_raise(ids, message):
+    with pytest.raises(ValueError, match=message):
+        Embeddings(10, 4)(torch.tensor(ids))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool, torch.uint8])
+def test_non_integer_ids_raise(dtype):
+    with pytest.raises(TypeError, match=rf"tokens must be an integer tensor .* got dtype={dtype}"):
+        Embeddings(10, 4)(torch.zeros(1, 3, dtype=dtype))
