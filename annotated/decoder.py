@@ -31,13 +31,27 @@ class DecoderLayer(nn.Module):
         )
 
     def forward(
-        self, x: Tensor, memory: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None
+        self,
+        x: Tensor,  # (B, T, D) target side
+        memory: Tensor,  # (B, S, D) encoder output
+        src_mask: Tensor | None,
+        tgt_mask: Tensor | None,
+        cache: dict
+        | None = None,  # step-by-step decoding: this layer's keys and values (notebook 14)
     ) -> Tensor:
-        """x: (B, T, D) target side; memory: (B, S, D) encoder output."""
-        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, tgt_mask))  # (B, T, D)
-        x = self.sublayers[1](
-            x, lambda x: self.cross_attn(x, memory, memory, src_mask)
+        """Masked self-attention, context attention over the memory, feed-forward (§3.1)."""
+        self_cache = cross_cache = None
+        if cache is not None:
+            self_cache, cross_cache = (
+                cache.setdefault("self", {}),
+                cache.setdefault("cross", {"static": True}),
+            )
+        x = self.sublayers[0](
+            x, lambda x: self.self_attn(x, x, x, tgt_mask, self_cache)
         )  # (B, T, D)
+        x = self.sublayers[1](
+            x, lambda x: self.cross_attn(x, memory, memory, src_mask, cross_cache)
+        )
         return self.sublayers[2](x, self.feed_forward)  # (B, T, D)
 
 # %% ../notebooks/10_decoder.ipynb #c007
@@ -53,11 +67,17 @@ class Decoder(nn.Module):
 
     def forward(
         self,
-        x: Tensor,
-        memory: Tensor,
+        x: Tensor,  # (B, T, D)
+        memory: Tensor,  # (B, S, D)
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
+        cache: list[dict]
+        | None = None,  # one dict per layer, filled on the first call (notebook 14)
     ) -> Tensor:
-        for layer in self.layers:
-            x = layer(x, memory, src_mask, tgt_mask)  # (B, T, D)
+        if cache is not None and not cache:
+            cache.extend({} for _ in self.layers)
+        for i, layer in enumerate(self.layers):
+            x = layer(
+                x, memory, src_mask, tgt_mask, None if cache is None else cache[i]
+            )  # (B, T, D)
         return self.norm(x)  # (B, T, D)

@@ -86,18 +86,24 @@ class Transformer(nn.Module):
         return self.encoder(self.src_pos(self.src_embed(src)), src_mask)  # (B, S, D)
 
     def decode(
-        self, memory: Tensor, src_mask: Tensor | None, tgt: Tensor, tgt_mask: Tensor | None
+        self,
+        memory: Tensor,  # (B, S, D)
+        src_mask: Tensor | None,
+        tgt: Tensor,  # (B, T) token ids
+        tgt_mask: Tensor | None,
+        cache: list[dict] | None = None,  # step-by-step decoding: tgt holds only the new tokens
     ) -> Tensor:
-        """tgt: (B, T) token ids, memory: (B, S, D) -> decoder states (B, T, D)."""
+        """Decoder states (B, T, D) for the target tokens, given the memory."""
         if memory.size(0) != tgt.size(0):
             raise ValueError(
                 f"src and tgt must have the same batch size, got {memory.size(0)} and {tgt.size(0)}"
             )
+        start = cache[0]["self"]["k"].size(2) if cache else 0  # tokens decoded before these
         if tgt_mask is not None:
-            check_mask(
-                tgt_mask, torch.Size((tgt.size(0), 1, tgt.size(-1), tgt.size(-1))), "tgt_mask"
-            )
-        return self.decoder(self.tgt_pos(self.tgt_embed(tgt)), memory, src_mask, tgt_mask)
+            shape = (tgt.size(0), 1, tgt.size(-1), start + tgt.size(-1))
+            check_mask(tgt_mask, torch.Size(shape), "tgt_mask")
+        x = self.tgt_pos(self.tgt_embed(tgt), start=start)  # (B, T, D)
+        return self.decoder(x, memory, src_mask, tgt_mask, cache)  # (B, T, D)
 
     def forward(
         self,

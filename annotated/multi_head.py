@@ -30,13 +30,28 @@ class MultiHeadAttention(nn.Module):
         self.weights: Tensor | None = None  # (B, H, T, S) when kept
 
     def forward(
-        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
+        self,
+        query: Tensor,  # (B, T, D)
+        key: Tensor,  # (B, S, D)
+        value: Tensor,  # (B, S, D)
+        mask: Tensor | None = None,  # bool, broadcastable to (B, H, T, S); True = may attend
+        cache: dict
+        | None = None,  # step-by-step decoding (notebook 14): keys/values kept between calls
     ) -> Tensor:
         """Project, split into heads, attend, merge and project (§3.2.2)."""
-        self._check_inputs(query, key, value, mask)
+        self._check_inputs(query, key, value)
         q = self.split_heads(self.W_q(query))  # (B, H, T, Dk)
-        k = self.split_heads(self.W_k(key))  # (B, H, S, Dk)
-        v = self.split_heads(self.W_v(value))  # (B, H, S, Dk)
+        if cache is not None and cache.get("static") and "k" in cache:  # the memory: projected once
+            k, v = cache["k"], cache["v"]  # (B, H, S, Dk)
+        else:
+            k = self.split_heads(self.W_k(key))  # (B, H, S, Dk)
+            v = self.split_heads(self.W_v(value))  # (B, H, S, Dk)
+            if cache is not None:
+                if "k" in cache:  # earlier steps' keys and values come first
+                    k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+                cache["k"], cache["v"] = k, v
+        if mask is not None:
+            check_mask(mask, torch.Size((q.size(0), self.n_heads, q.size(2), k.size(2))))
         if self.keep_weights:
             x, weights = attention(q, k, v, mask=mask, dropout=self.dropout)  # (B, H, T, Dk)
             self.weights = weights.detach()  # (B, H, T, S)
@@ -57,7 +72,7 @@ class MultiHeadAttention(nn.Module):
         B, _, T, _ = x.shape
         return x.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, D)
 
-    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -> None:
+    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x.dim() != 3 or x.size(-1) != self.d_model:
                 raise ValueError(
@@ -72,5 +87,3 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"key and value must have the same length S, got {key.size(1)} and {value.size(1)}"
             )
-        if mask is not None:
-            check_mask(mask, torch.Size((query.size(0), self.n_heads, query.size(1), key.size(1))))

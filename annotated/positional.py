@@ -66,15 +66,16 @@ class PositionalEncoding(nn.Module):
         else:  # recomputable from (max_len, d_model), so kept out of the state_dict
             self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        """x: (B, T, D) holding positions start .. start + T - 1 (start > 0 when decoding step by step)."""
         if x.dim() != 3 or x.size(-1) != self.d_model:
             raise ValueError(
                 f"x must have shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}"
             )
-        T = x.size(1)
-        if T > self.max_len:
+        end = start + x.size(1)
+        if end > self.max_len:
             raise ValueError(
-                f"sequence length {T} exceeds max_len={self.max_len}; build the encoding with max_len >= {T}"
+                f"sequence length {end} exceeds max_len={self.max_len}; build the encoding with max_len >= {end}"
             )
         table = self.embedding.weight if self.learned else self.pe  # (max_len, D)
-        return self.dropout(x + table[:T])  # (B, T, D)
+        return self.dropout(x + table[start:end])  # (B, T, D)

@@ -188,3 +188,27 @@ def test_bad_input_is_rejected():
     long_src = torch.ones(2, 9, dtype=torch.long)
     with pytest.raises(ValueError, match=r"sequence length 9 exceeds max_len=8"):
         model(long_src, TGT, padding_mask(long_src, 0), tgt_mask)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_step_by_step_decoding_with_cache_equals_full_decoding(norm_first):
+    model = small_model(norm_first=norm_first)
+    src_mask = padding_mask(SRC, 0)
+    tgt = torch.randint(1, 11, (2, 6))
+    memory = model.encode(SRC, src_mask)
+    full = model.decode(memory, src_mask, tgt, causal_mask(6))  # (B, T, D)
+    cache: list[dict] = []
+    steps = [model.decode(memory, src_mask, tgt[:, t : t + 1], None, cache) for t in range(6)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
+    assert cache[0]["self"]["k"].shape == (2, 4, 6, 8)  # (B, H, T so far, Dk)
+    assert cache[0]["cross"]["k"].shape == (2, 4, 5, 8)  # the memory, projected once
+
+
+def test_cache_respects_the_positional_encoding_limit():
+    model = small_model(max_len=3)
+    memory = model.encode(SRC[:, :3])
+    cache: list[dict] = []
+    for t in range(3):
+        model.decode(memory, None, TGT[:, t : t + 1], None, cache)
+    with pytest.raises(ValueError, match=r"sequence length 4 exceeds max_len=3"):
+        model.decode(memory, None, TGT[:, :1], None, cache)
