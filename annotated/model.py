@@ -13,6 +13,7 @@ from .attention import check_mask
 from .decoder import Decoder, DecoderLayer
 from .embeddings import Embeddings
 from .encoder import Encoder, EncoderLayer
+from .multi_head import MultiHeadAttention
 from .positional import PositionalEncoding
 
 # %% ../notebooks/11_model.ipynb #c005
@@ -32,6 +33,7 @@ class TransformerConfig:
     max_len: int = 5000  # longest sequence the positional encoding covers
     norm_first: bool = False  # False: post-LN, as in the paper; True: pre-LN
     learned_positions: bool = False  # Table 3 (E): learned position embeddings instead of sinusoids
+    scale_attention: bool = True  # §3.2.1: scores / sqrt(d_k); False only for an ablation
     tie_output: bool = True  # §3.4: the pre-softmax projection reuses the target embedding matrix
     shared_vocab: bool = (
         False  # §3.4: one vocabulary for both sides, so one embedding matrix for all three
@@ -74,6 +76,9 @@ class Transformer(nn.Module):
         for weight in self.parameters():
             if weight.dim() > 1:
                 nn.init.xavier_uniform_(weight)
+        for module in self.modules():
+            if isinstance(module, MultiHeadAttention):
+                module.scale = cfg.scale_attention
         if cfg.shared_vocab:
             self.src_embed = self.tgt_embed
         if cfg.tie_output:

@@ -26,6 +26,9 @@ class MultiHeadAttention(nn.Module):
         self.W_v = nn.Linear(d_model, d_model, bias=bias)
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
+        self.scale = (
+            True  # divide scores by sqrt(d_k), as the paper does; False only for an ablation
+        )
         self.keep_weights = False  # set True to keep the last attention weights in self.weights
         self.weights: Tensor | None = None  # (B, H, T, S) when kept
 
@@ -35,8 +38,7 @@ class MultiHeadAttention(nn.Module):
         key: Tensor,  # (B, S, D)
         value: Tensor,  # (B, S, D)
         mask: Tensor | None = None,  # bool, broadcastable to (B, H, T, S); True = may attend
-        cache: dict
-        | None = None,  # step-by-step decoding (notebook 14): keys/values kept between calls
+        cache: dict | None = None,  # keys/values kept between decoding steps (notebook 14)
     ) -> Tensor:
         """Project, split into heads, attend, merge and project (§3.2.2)."""
         self._check_inputs(query, key, value)
@@ -53,13 +55,12 @@ class MultiHeadAttention(nn.Module):
         if mask is not None:
             check_mask(mask, torch.Size((q.size(0), self.n_heads, q.size(2), k.size(2))))
         if self.keep_weights:
-            x, weights = attention(q, k, v, mask=mask, dropout=self.dropout)  # (B, H, T, Dk)
+            x, weights = attention(q, k, v, mask, self.dropout, self.scale)  # (B, H, T, Dk)
             self.weights = weights.detach()  # (B, H, T, S)
         else:
             p = self.dropout.p if self.training else 0.0
-            x = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=p
-            )  # (B, H, T, Dk)
+            scale = None if self.scale else 1.0  # None: the kernel's default 1/sqrt(d_k)
+            x = F.scaled_dot_product_attention(q, k, v, mask, p, scale=scale)  # (B, H, T, Dk)
         return self.W_o(self.merge_heads(x))  # (B, T, D)
 
     def split_heads(self, x: Tensor) -> Tensor:

@@ -33,6 +33,7 @@ def slug_of(url: str) -> str:
 
 def files() -> list[Path]:
     found = [ROOT / "README.md", ROOT / "environment.yml", ROOT / "book" / "_config.yml"]
+    found += [ROOT / "book" / "intro.md"]
     found += sorted((ROOT / "notebooks").glob("*.ipynb"))
     return [p for p in found if p.exists()]
 
