@@ -5,7 +5,16 @@ this file, written by hand, re-exports the public API.
 """
 
 from annotated.attention import attention
+from annotated.data import (
+    corpus_bleu,
+    load_multi30k,
+    load_tokenizer,
+    token_batches,
+    tokenized_bleu,
+    train_tokenizer,
+)
 from annotated.decoder import Decoder, DecoderLayer
+from annotated.decoding import beam_search, greedy_decode, length_penalty
 from annotated.embeddings import Embeddings
 from annotated.encoder import Encoder, EncoderLayer
 from annotated.feed_forward import PositionwiseFeedForward
@@ -18,6 +27,17 @@ from annotated.positional import (
     angular_frequencies,
     relative_shift_matrix,
     sinusoidal_encoding,
+)
+from annotated.training import (
+    Batch,
+    LabelSmoothingLoss,
+    Trainer,
+    load_checkpoint,
+    make_optimizer,
+    noam_lr,
+    noam_scheduler,
+    save_checkpoint,
+    train_step,
 )
 from annotated.viz import attention_chart
 
@@ -43,6 +63,27 @@ __all__ = [
     "TransformerConfig",
     "Transformer",
     "make_model",
+    # training (notebook 12)
+    "Batch",
+    "LabelSmoothingLoss",
+    "noam_lr",
+    "noam_scheduler",
+    "make_optimizer",
+    "train_step",
+    "Trainer",
+    "save_checkpoint",
+    "load_checkpoint",
+    # decoding (notebook 14)
+    "greedy_decode",
+    "beam_search",
+    "length_penalty",
+    # data and evaluation (notebook 15)
+    "load_multi30k",
+    "train_tokenizer",
+    "load_tokenizer",
+    "token_batches",
+    "corpus_bleu",
+    "tokenized_bleu",
     # figures
     "attention_chart",
 ]
