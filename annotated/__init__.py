@@ -5,6 +5,7 @@ this file, written by hand, re-exports the public API.
 """
 
 from annotated.attention import attention
+from annotated.copy_task import COPY_MODEL, average_weights, copy_batches, copy_model, exact_match
 from annotated.data import (
     corpus_bleu,
     load_multi30k,
@@ -73,6 +74,12 @@ __all__ = [
     "Trainer",
     "save_checkpoint",
     "load_checkpoint",
+    # the copy task (notebook 13)
+    "copy_batches",
+    "copy_model",
+    "exact_match",
+    "average_weights",
+    "COPY_MODEL",
     # decoding (notebook 14)
     "greedy_decode",
     "beam_search",

@@ -145,6 +145,31 @@ def make_optimizer(
     return torch.optim.Adam(model.parameters(), lr=lr, betas=betas, eps=eps)
 
 # %% ../notebooks/12_training.ipynb #c025
+def _update_tokens(batches: list[Batch], n_tokens: int | None, world_size: int) -> int:
+    """Check and return the loss's denominator: the real target tokens of the whole update."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    own = sum(b.n_tokens for b in batches)  # k micro-batches count as 1 big one
+    if n_tokens is None and world_size > 1:
+        raise ValueError(
+            f"n_tokens must be given when world_size={world_size} > 1: the real target tokens "
+            "of the update summed over all processes"
+        )
+    if n_tokens is not None and (
+        isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < own
+    ):
+        raise ValueError(
+            f"n_tokens must be an int >= the {own} real target tokens of these batches "
+            f"(their count summed over all processes), got {n_tokens!r}"
+        )
+    n_tokens = own if n_tokens is None else n_tokens
+    if n_tokens == 0:
+        raise ValueError(
+            f"batches must hold at least one real target token, got {len(batches)} without"
+        )
+    return n_tokens
+
+# %% ../notebooks/12_training.ipynb #c026
 def train_step(
     model: nn.Module,
     loss_fn: nn.Module,
@@ -152,14 +177,12 @@ def train_step(
     batches: Sequence[Batch] | Batch,
     scheduler: LRScheduler | None = None,
     clip_norm: float | None = None,
+    n_tokens: int | None = None,  # real target tokens of the update over all processes
+    world_size: int = 1,  # processes whose gradients DistributedDataParallel averages
 ) -> float:
     """Make one optimizer update from micro-batches; return its loss per real target token (§5)."""
     batches = [batches] if isinstance(batches, Batch) else list(batches)
-    n_tokens = sum(b.n_tokens for b in batches)  # of the whole update: k micro-batches = 1 big one
-    if n_tokens == 0:
-        raise ValueError(
-            f"batches must hold at least one real target token, got {len(batches)} without"
-        )
+    n_tokens = _update_tokens(batches, n_tokens, world_size)
     device = next(model.parameters()).device
     model.train()
     optimizer.zero_grad(set_to_none=True)
@@ -167,17 +190,17 @@ def train_step(
     for b in batches:
         b = b if b.src.device == device else b.to(device)
         logits = model(b.src, b.tgt_in, b.src_mask, b.tgt_mask)  # (B, T, V)
-        loss = loss_fn(logits, b.tgt_out) / n_tokens
-        loss.backward()  # gradients add up over the micro-batches
+        loss = loss_fn(logits, b.tgt_out)
+        (loss * world_size / n_tokens).backward()  # gradients add up over the micro-batches
         total += loss.detach()
     if clip_norm is not None:
         nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
     optimizer.step()
     if scheduler is not None:
         scheduler.step()  # once per update
-    return total.item()
+    return total.item() / n_tokens  # with several processes: this one's share of the loss
 
-# %% ../notebooks/12_training.ipynb #c027
+# %% ../notebooks/12_training.ipynb #c028
 class Trainer:
     """Train with one update per `accum_steps` batches, logging (step, loss per token) (§5)."""
 
@@ -225,7 +248,7 @@ class Trainer:
         bar.close()
         return self.history[start:]
 
-# %% ../notebooks/12_training.ipynb #c031
+# %% ../notebooks/12_training.ipynb #c034
 CHECKPOINT_FORMAT = "annotated.training/1"
 _CHECKPOINT_KEYS = ("format", "config", "model", "optimizer", "scheduler", "step", "rng", "extra")
 
@@ -259,7 +282,7 @@ def save_checkpoint(
     torch.save(state, tmp)
     os.replace(tmp, path)  # atomic: a crash mid-save leaves the previous checkpoint whole
 
-# %% ../notebooks/12_training.ipynb #c032
+# %% ../notebooks/12_training.ipynb #c035
 @dataclasses.dataclass
 class Checkpoint:
     """A loaded checkpoint: the model, its step and extras, and the states `restore` puts back."""
@@ -291,7 +314,7 @@ class Checkpoint:
             if self.rng_state["cuda"] and torch.cuda.is_available():
                 torch.cuda.set_rng_state_all([s.cpu() for s in self.rng_state["cuda"]])
 
-# %% ../notebooks/12_training.ipynb #c033
+# %% ../notebooks/12_training.ipynb #c036
 def _read_checkpoint(path: str | os.PathLike, map_location: str | torch.device | None) -> dict:
     if not Path(path).is_file():
         raise FileNotFoundError(f"no checkpoint file at {path}")
@@ -313,7 +336,7 @@ def _read_checkpoint(path: str | os.PathLike, map_location: str | torch.device |
         )
     return state
 
-# %% ../notebooks/12_training.ipynb #c034
+# %% ../notebooks/12_training.ipynb #c037
 def load_checkpoint(
     path: str | os.PathLike,
     model: Transformer | None = None,

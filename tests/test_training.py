@@ -1,0 +1,500 @@
+"""Training (§5): batches, label smoothing vs PyTorch's, the schedule, accumulation, checkpoints."""
+
+import math
+import zipfile
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from annotated.model import Transformer, TransformerConfig, make_model
+from annotated.training import (
+    Batch,
+    LabelSmoothingLoss,
+    Trainer,
+    load_checkpoint,
+    make_optimizer,
+    noam_lr,
+    noam_scheduler,
+    save_checkpoint,
+    train_step,
+)
+
+PAD, BOS, V = 0, 1, 10
+TINY = {"n_layers": 1, "d_model": 16, "d_ff": 32, "n_heads": 2}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The models here are tiny: one thread is faster, and CPU contention cannot slow it down."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def random_batch(n, gen, length=6, vocab=V):
+    """`n` sentences of random length (at least one label), padded with PAD."""
+    src = torch.randint(3, vocab, (n, length), generator=gen)
+    body = torch.randint(3, vocab, (n, length), generator=gen)
+    tgt = torch.cat([torch.full((n, 1), BOS), body], dim=1)  # (n, length + 1)
+    for i in range(n):
+        cut = int(torch.randint(1, length + 1, (1,), generator=gen))
+        src[i, cut:], tgt[i, cut + 1 :] = PAD, PAD
+    return src, tgt
+
+
+def tiny_model(seed=0, dropout=0.0, **overrides):
+    torch.manual_seed(seed)
+    return make_model(V, V, **{**TINY, "dropout": dropout, **overrides})
+
+
+def flat_params(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+# ---- Batch ----------------------------------------------------------------------------------------
+
+
+def test_batch_shifts_target_and_builds_masks():
+    src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
+    tgt = torch.tensor([[1, 7, 6, 5, 2], [1, 9, 8, 2, 0]])
+    batch = Batch(src, tgt, pad_id=0)
+    assert torch.equal(batch.tgt_in, tgt[:, :-1]) and torch.equal(batch.tgt_out, tgt[:, 1:])
+    assert (batch.tgt_in[:, 0] == 1).all()  # decoder input starts with BOS
+    assert batch.n_tokens == 7  # 4 + 3 real labels
+    assert torch.equal(batch.src_mask, (src != 0)[:, None, None, :])
+    expected = torch.ones(4, 4, dtype=torch.bool).tril() & (batch.tgt_in != 0)[:, None, None, :]
+    assert batch.tgt_mask.shape == (2, 1, 4, 4) and torch.equal(batch.tgt_mask, expected)
+    moved = batch.to("cpu")
+    assert moved.n_tokens == batch.n_tokens and torch.equal(moved.tgt_mask, batch.tgt_mask)
+    assert "n_tokens=7" in repr(batch)
+
+
+@pytest.mark.parametrize(
+    ("src", "tgt", "pad_id", "error", "match"),
+    [
+        (
+            torch.ones(2, 3),
+            torch.ones(2, 4, dtype=torch.long),
+            0,
+            TypeError,
+            "src must be an integer",
+        ),
+        (torch.ones(2, 3, dtype=torch.long), [[1, 2]], 0, TypeError, "tgt must be an integer"),
+        (torch.ones(2, 3, dtype=torch.long), torch.ones(4, dtype=torch.long), 0, ValueError, "tgt"),
+        (torch.ones(3, dtype=torch.long), torch.ones(2, 4, dtype=torch.long), 0, ValueError, "src"),
+        (
+            torch.ones(2, 3, dtype=torch.long),
+            torch.ones(3, 4, dtype=torch.long),
+            0,
+            ValueError,
+            "batch size",
+        ),
+        (
+            torch.ones(2, 3, dtype=torch.long),
+            torch.ones(2, 1, dtype=torch.long),
+            0,
+            ValueError,
+            "tgt must hold",
+        ),
+        (
+            torch.ones(2, 3, dtype=torch.long),
+            torch.ones(2, 4, dtype=torch.long),
+            0.0,
+            TypeError,
+            "pad_id",
+        ),
+    ],
+)
+def test_batch_bad_input(src, tgt, pad_id, error, match):
+    with pytest.raises(error, match=match):
+        Batch(src, tgt, pad_id)
+
+
+# ---- Label smoothing --------------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    vocab=st.integers(3, 20),
+    pad=st.integers(0, 19),
+    eps=st.floats(0.0, 0.9),
+    seed=st.integers(0, 99),
+)
+def test_smoothed_distribution(vocab, pad, eps, seed):
+    pad = pad % vocab
+    gen = torch.Generator().manual_seed(seed)
+    target = torch.randint(0, vocab, (4, 5), generator=gen)
+    q = LabelSmoothingLoss(vocab, pad, eps).target_distribution(target)  # (N, V)
+    flat = target.reshape(-1)
+    real = flat != pad
+    assert q.shape == (20, vocab)
+    assert (q[:, pad] == 0).all() and (q[~real] == 0).all()
+    torch.testing.assert_close(q[real].sum(-1), torch.ones(int(real.sum())))
+    if real.any():
+        rows = q[real]
+        label = flat[real]
+        torch.testing.assert_close(
+            rows.gather(1, label[:, None])[:, 0], torch.full_like(label, 1 - eps, dtype=torch.float)
+        )
+        others = torch.ones_like(rows, dtype=torch.bool)
+        others[:, pad] = False
+        others.scatter_(1, label[:, None], False)
+        torch.testing.assert_close(rows[others], torch.full_like(rows[others], eps / (vocab - 2)))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    vocab=st.integers(3, 40),
+    pad=st.integers(0, 39),
+    eps=st.sampled_from([0.0, 0.1, 0.25, 0.5]),
+    shape=st.tuples(st.integers(1, 4), st.integers(1, 7)),
+    seed=st.integers(0, 999),
+)
+def test_relation_to_pytorch_label_smoothing(vocab, pad, eps, shape, seed):
+    """ours = CE(label_smoothing=eps V/(V-2)) + eps/(V-2) * (NLL(label) - NLL(pad)), all summed."""
+    pad = pad % vocab
+    c = eps / (vocab - 2)
+    assume(c * vocab <= 1)  # PyTorch takes label_smoothing in [0, 1]
+    gen = torch.Generator().manual_seed(seed)
+    logits = 3 * torch.randn(*shape, vocab, generator=gen, dtype=torch.float64)  # (B, T, V)
+    target = torch.randint(0, vocab, shape, generator=gen)
+    target[0, 0] = (pad + 1) % vocab  # at least one real position
+    flat_logits, flat_target = logits.reshape(-1, vocab), target.reshape(-1)
+    real = flat_target != pad
+    theirs = F.cross_entropy(
+        flat_logits, flat_target, label_smoothing=c * vocab, ignore_index=pad, reduction="sum"
+    )
+    nll_label = F.cross_entropy(flat_logits, flat_target, ignore_index=pad, reduction="sum")
+    pads = torch.full_like(flat_target[real], pad)
+    nll_pad = F.cross_entropy(flat_logits[real], pads, reduction="sum")
+    ours = LabelSmoothingLoss(vocab, pad, eps)(logits, target)
+    torch.testing.assert_close(ours, theirs + c * (nll_label - nll_pad))
+
+
+def test_no_smoothing_is_plain_cross_entropy_and_kl_differs_by_entropy():
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, V, generator=gen)
+    target = torch.randint(0, V, (3, 5), generator=gen)
+    plain = F.cross_entropy(
+        logits.reshape(-1, V), target.reshape(-1), ignore_index=PAD, reduction="sum"
+    )
+    torch.testing.assert_close(LabelSmoothingLoss(V, PAD, 0.0)(logits, target), plain)
+    loss_fn = LabelSmoothingLoss(V, PAD, 0.1)
+    q = loss_fn.target_distribution(target)
+    log_p = F.log_softmax(logits.reshape(-1, V), -1)
+    kl = F.kl_div(log_p, q, reduction="sum")  # terms with q = 0 count as 0
+    n_real = int((target != PAD).sum())
+    torch.testing.assert_close(loss_fn(logits, target), kl + n_real * loss_fn.entropy)
+
+
+def test_half_precision_logits_are_summed_in_float32():
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 6, V, generator=gen)
+    target = torch.randint(0, V, (4, 6), generator=gen)
+    loss_fn = LabelSmoothingLoss(V, PAD)
+    half = loss_fn(logits.bfloat16(), target)
+    assert half.dtype == torch.float32
+    torch.testing.assert_close(half, loss_fn(logits.bfloat16().float(), target))
+
+
+def test_loss_is_smallest_at_the_smoothed_target_and_stays_above_zero():
+    loss_fn = LabelSmoothingLoss(V, PAD, 0.1)
+    target = torch.tensor([3, 7, 0, 5])
+    q = loss_fn.target_distribution(target, torch.float64)
+    logits = q.log()  # -inf on the pad column: the loss must not turn 0 * -inf into nan
+    logits[2] = 0.0  # the pad row is not scored; any finite logits
+    logits.requires_grad_()
+    loss = loss_fn(logits, target)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logits.grad).all()
+    torch.testing.assert_close(loss.item(), 3 * loss_fn.entropy)  # three real positions
+    assert loss_fn.entropy > 0.5
+    confident = torch.full((4, V), -50.0).scatter(1, target[:, None], 0.0)  # p(label) ~ 1
+    assert loss_fn(confident, target) > 5 * loss.item()  # over-confidence is penalised
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        ((10, 0, 1.0), ValueError, "smoothing must be in"),
+        ((10, 0, -0.1), ValueError, "smoothing must be in"),
+        ((10, 0, "0.1"), TypeError, "smoothing"),
+        ((10, 10, 0.1), ValueError, "pad_id must be an int in"),
+        ((10, -1, 0.1), ValueError, "pad_id"),
+        ((2, 0, 0.1), ValueError, "vocab_size"),
+    ],
+)
+def test_label_smoothing_bad_input(args, error, match):
+    with pytest.raises(error, match=match):
+        LabelSmoothingLoss(*args)
+
+
+def test_label_smoothing_bad_shapes():
+    loss_fn = LabelSmoothingLoss(V, PAD)
+    with pytest.raises(ValueError, match="logits must be target's shape"):
+        loss_fn(torch.randn(2, 3, V + 1), torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="logits must be target's shape"):
+        loss_fn(torch.randn(2, 3, V), torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(TypeError, match="target must be an integer"):
+        loss_fn(torch.randn(2, 3, V), torch.zeros(2, 3))
+
+
+# ---- Schedule and optimizer -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("d_model", "warmup"), [(512, 4000), (256, 100), (64, 1), (32, 7)])
+def test_noam_peaks_at_warmup(d_model, warmup):
+    rates = [noam_lr(s, d_model, warmup) for s in range(1, 3 * warmup + 2)]
+    peak = d_model**-0.5 * warmup**-0.5
+    assert math.isclose(max(rates), peak) and rates.index(max(rates)) == warmup - 1
+    assert all(a < b for a, b in zip(rates[: warmup - 1], rates[1:warmup], strict=True))
+    assert all(a > b for a, b in zip(rates[warmup - 1 : -1], rates[warmup:], strict=True))
+    assert math.isclose(noam_lr(1, d_model, warmup), d_model**-0.5 * warmup**-1.5)
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ((0, 512, 4000), "step"),
+        ((1, 512, 0), "warmup"),
+        ((1, 0, 10), "d_model"),
+        ((1.5, 512, 10), "step"),
+    ],
+)
+def test_noam_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        noam_lr(*args)
+
+
+def test_scheduler_sets_the_rate_of_each_update():
+    model = tiny_model()
+    optimizer = make_optimizer(model)
+    assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
+    scheduler = noam_scheduler(optimizer, d_model=16, warmup=5, factor=2.0)
+    for step in range(1, 12):
+        assert math.isclose(optimizer.param_groups[0]["lr"], 2.0 * noam_lr(step, 16, 5))
+        optimizer.step(), scheduler.step()
+
+
+def test_scheduler_bad_input():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="lr=1.0"):
+        noam_scheduler(torch.optim.Adam(model.parameters(), lr=1e-3), 16, 10)
+    with pytest.raises(ValueError, match="warmup"):
+        noam_scheduler(make_optimizer(model), 16, 0)
+    with pytest.raises(ValueError, match="factor"):
+        noam_scheduler(make_optimizer(model), 16, 10, factor=0.0)
+
+
+# ---- Training step and accumulation -----------------------------------------------------------------
+
+
+def micro_and_big(sizes=(3, 5, 4), seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    parts = [random_batch(n, gen) for n in sizes]
+    micro = [Batch(s, t, PAD) for s, t in parts]
+    big = Batch(torch.cat([s for s, _ in parts]), torch.cat([t for _, t in parts]), PAD)
+    assert len({b.n_tokens for b in micro}) > 1  # unequal counts: the normalisation matters
+    return micro, big
+
+
+@pytest.mark.parametrize("optimizer_name", ["sgd", "adam"])
+def test_accumulation_equals_one_big_batch(optimizer_name):
+    micro, big = micro_and_big()
+    results = []
+    for batches, accum in ((micro, 3), ([big], 1)):
+        model = tiny_model()
+        if optimizer_name == "sgd":
+            optimizer, scheduler = torch.optim.SGD(model.parameters(), lr=0.5), None
+        else:
+            optimizer = make_optimizer(model)
+            scheduler = noam_scheduler(optimizer, d_model=16, warmup=4)
+        trainer = Trainer(model, LabelSmoothingLoss(V, PAD), optimizer, scheduler, accum)
+        log = trainer.fit(batches, progress=False)
+        assert trainer.step == 1 and len(log) == 1
+        if scheduler is not None:
+            assert scheduler.last_epoch == 1  # one scheduler step per update, not per micro-batch
+        results.append((dict(model.named_parameters()), log[0][1]))
+    (acc, loss_acc), (big_batch, loss_big) = results
+    assert math.isclose(loss_acc, loss_big, rel_tol=1e-5)
+    for name, p in acc.items():
+        torch.testing.assert_close(p.grad, big_batch[name].grad, rtol=1e-4, atol=1e-6)
+        if optimizer_name == "adam" and name.endswith("W_k.bias"):
+            # Shifting every key by one vector shifts a query's scores equally: softmax ignores it,
+            # so this gradient is 0 up to rounding, and Adam's first step, about g / |g|, turns that
+            # rounding into +-lr. Every other parameter must agree.
+            continue
+        torch.testing.assert_close(p, big_batch[name], rtol=1e-5, atol=1e-6)
+
+
+def test_normalising_per_micro_batch_would_differ():
+    micro, big = micro_and_big()
+    model = tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    train_step(model, LabelSmoothingLoss(V, PAD), optimizer, big)
+    wrong = tiny_model()
+    opt = torch.optim.SGD(wrong.parameters(), lr=0.5)
+    for b in micro:
+        logits = wrong(b.src, b.tgt_in, b.src_mask, b.tgt_mask)
+        (LabelSmoothingLoss(V, PAD)(logits, b.tgt_out) / b.n_tokens / len(micro)).backward()
+    opt.step()
+    assert (flat_params(model) - flat_params(wrong)).abs().max() > 1e-4
+
+
+def test_trainer_groups_logs_and_calls_back():
+    micro, _ = micro_and_big(sizes=(2, 2, 2, 2, 2))
+    model = tiny_model()
+    optimizer = make_optimizer(model)
+    scheduler = noam_scheduler(optimizer, d_model=16, warmup=4)
+    seen = []
+    trainer = Trainer(model, LabelSmoothingLoss(V, PAD), optimizer, scheduler, accum_steps=2)
+    log = trainer.fit(iter(micro), progress=False, callback=lambda s, loss: seen.append((s, loss)))
+    assert [s for s, _ in log] == [1, 2, 3]  # groups of 2, 2 and a short last one of 1
+    assert seen == log == trainer.history and scheduler.last_epoch == 3
+    assert all(math.isfinite(loss) and loss > 0 for _, loss in log)
+
+
+def test_gradient_clipping_bounds_the_update():
+    _, big = micro_and_big()
+    model = tiny_model()
+    before = flat_params(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    train_step(model, LabelSmoothingLoss(V, PAD), optimizer, [big], clip_norm=1e-3)
+    assert (flat_params(model) - before).norm() <= 1e-3 * (1 + 1e-4)
+
+
+def test_train_step_and_trainer_bad_input():
+    model = tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    only_pad = Batch(torch.ones(2, 3, dtype=torch.long), torch.tensor([[1, 0], [1, 0]]), PAD)
+    with pytest.raises(ValueError, match="at least one real target token"):
+        train_step(model, LabelSmoothingLoss(V, PAD), optimizer, only_pad)
+    with pytest.raises(ValueError, match="accum_steps"):
+        Trainer(model, LabelSmoothingLoss(V, PAD), optimizer, accum_steps=0)
+    with pytest.raises(ValueError, match="clip_norm"):
+        Trainer(model, LabelSmoothingLoss(V, PAD), optimizer, clip_norm=-1.0)
+
+
+# ---- Checkpoints ------------------------------------------------------------------------------------
+
+
+def training_run(model, n_updates, data, step=0, optimizer=None, scheduler=None):
+    optimizer = optimizer or make_optimizer(model)
+    scheduler = scheduler or noam_scheduler(optimizer, d_model=16, warmup=3)
+    trainer = Trainer(model, LabelSmoothingLoss(V, PAD), optimizer, scheduler, 2, step=step)
+    trainer.fit(data[2 * step : 2 * (step + n_updates)], progress=False)
+    return trainer
+
+
+def resume_data():
+    gen = torch.Generator().manual_seed(5)
+    return [Batch(*random_batch(4, gen), PAD) for _ in range(12)]
+
+
+@pytest.mark.parametrize("fresh_model", [True, False])
+def test_resuming_continues_exactly(tmp_path, fresh_model):
+    data = resume_data()  # 6 updates of 2 micro-batches; dropout on, so the RNG state matters
+    straight = training_run(tiny_model(dropout=0.1), 6, data)
+
+    first = training_run(tiny_model(dropout=0.1), 3, data)
+    save_checkpoint(tmp_path / "ck.pt", first.model, first.optimizer, first.scheduler, first.step)
+    torch.manual_seed(1234)  # as if a new process: the RNG has moved on
+    if fresh_model:  # rebuild everything from the file
+        ckpt = load_checkpoint(tmp_path / "ck.pt")
+        optimizer = make_optimizer(ckpt.model)
+        scheduler = noam_scheduler(optimizer, d_model=16, warmup=3)
+        ckpt.restore(optimizer, scheduler)
+    else:  # fill objects built by the caller
+        model = make_model(V, V, **TINY, dropout=0.1)
+        optimizer = make_optimizer(model)
+        scheduler = noam_scheduler(optimizer, d_model=16, warmup=3)
+        ckpt = load_checkpoint(tmp_path / "ck.pt", model, optimizer, scheduler)
+    resumed = training_run(ckpt.model, 3, data, ckpt.step, optimizer, scheduler)
+
+    assert resumed.step == straight.step == 6
+    assert scheduler.last_epoch == straight.scheduler.last_epoch == 6
+    for (name, a), b in zip(
+        straight.model.named_parameters(), resumed.model.parameters(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    assert optimizer.param_groups[0]["lr"] == straight.optimizer.param_groups[0]["lr"]
+    assert [loss for _, loss in resumed.history] == [loss for _, loss in straight.history[3:]]
+
+
+def test_checkpoint_keeps_config_tie_and_extras(tmp_path):
+    model = tiny_model(shared_vocab=True, norm_first=True)
+    save_checkpoint(tmp_path / "ck.pt", model, step=7, note="hello", best_bleu=12.5)
+    assert not list(tmp_path.glob("*.tmp"))  # written through a temporary file, then renamed
+    ckpt = load_checkpoint(tmp_path / "ck.pt")
+    assert isinstance(ckpt.model, Transformer) and ckpt.model.cfg == model.cfg
+    assert ckpt.step == 7 and ckpt.extra == {"note": "hello", "best_bleu": 12.5}
+    loaded = ckpt.model
+    assert loaded.generator.weight is loaded.tgt_embed.lut.weight is loaded.src_embed.lut.weight
+    for a, b in zip(model.state_dict().values(), loaded.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    state = torch.load(tmp_path / "ck.pt", weights_only=True)
+    assert isinstance(state["config"], dict) and TransformerConfig(**state["config"]) == model.cfg
+
+
+def _mark_called():
+    _mark_called.called = True  # pragma: no cover (must never run)
+    return {}
+
+
+class _Payload:
+    """Unpickling this would call _mark_called: weights_only must refuse it."""
+
+    def __reduce__(self):
+        return (_mark_called, ())
+
+
+def test_bad_checkpoint_files(tmp_path):
+    good = tmp_path / "good.pt"
+    save_checkpoint(good, tiny_model())
+    data = good.read_bytes()
+    files = {
+        "random.pt": bytes(
+            torch.randint(0, 256, (4000,), generator=torch.Generator().manual_seed(0)).tolist()
+        ),
+        "truncated.pt": data[: len(data) // 2],
+        "empty.pt": b"",
+    }
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(
+            ValueError, match=rf"{name} is not a checkpoint: expected the zip archive"
+        ):
+            load_checkpoint(tmp_path / name)
+    torch.save({"weights": torch.ones(3)}, tmp_path / "foreign.pt")
+    with pytest.raises(
+        ValueError, match=r"foreign.pt is not an annotated checkpoint: expected a dict"
+    ):
+        load_checkpoint(tmp_path / "foreign.pt")
+    torch.save(torch.ones(3), tmp_path / "tensor.pt")
+    with pytest.raises(ValueError, match=r"tensor.pt is not an annotated checkpoint.*got Tensor"):
+        load_checkpoint(tmp_path / "tensor.pt")
+    torch.save({"format": "annotated.training/1", "x": _Payload()}, tmp_path / "code.pt")
+    assert zipfile.is_zipfile(tmp_path / "code.pt")
+    with pytest.raises(ValueError, match=r"code.pt could not be read as a checkpoint"):
+        load_checkpoint(tmp_path / "code.pt")
+    assert not getattr(_mark_called, "called", False)  # nothing was executed
+    with pytest.raises(FileNotFoundError, match="missing.pt"):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_checkpoint_bad_arguments(tmp_path):
+    path = tmp_path / "ck.pt"
+    with pytest.raises(TypeError, match="model must be a Transformer"):
+        save_checkpoint(path, torch.nn.Linear(2, 2))
+    model = tiny_model()
+    save_checkpoint(path, model)  # no optimizer state saved
+    with pytest.raises(ValueError, match="config differs"):
+        load_checkpoint(path, tiny_model(d_model=32, n_heads=4))
+    with pytest.raises(ValueError, match="optimizer and scheduler must be built over the model"):
+        load_checkpoint(path, optimizer=make_optimizer(model))
+    with pytest.raises(ValueError, match="holds no optimizer state"):
+        load_checkpoint(path, model, make_optimizer(model))
