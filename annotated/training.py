@@ -84,9 +84,11 @@ class LabelSmoothingLoss(nn.Module):
         if not 0.0 <= smoothing < 1.0:
             raise ValueError(f"smoothing must be in [0, 1), got {smoothing!r}")
         self.vocab_size, self.pad_id, self.smoothing = vocab_size, pad_id, float(smoothing)
-        eps, rest = self.smoothing, self.smoothing / (vocab_size - 2)
+        eps = self.smoothing
         # H(q): the lowest loss per real token any model can reach; KL(q || p) = loss - H(q) per token
-        self.entropy = -(1 - eps) * math.log(1 - eps) - (eps * math.log(rest) if eps else 0.0)
+        # log(rest) as log(eps) - log(V - 2): eps / (V - 2) can underflow to 0 for a tiny eps
+        log_rest = math.log(eps) - math.log(vocab_size - 2) if eps else 0.0
+        self.entropy = -(1 - eps) * math.log(1 - eps) - eps * log_rest
 
     def target_distribution(self, target: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
         """Return the smoothed targets q (N, V) for labels of any shape (N = their number)."""

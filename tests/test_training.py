@@ -498,3 +498,13 @@ def test_checkpoint_bad_arguments(tmp_path):
         load_checkpoint(path, optimizer=make_optimizer(model))
     with pytest.raises(ValueError, match="holds no optimizer state"):
         load_checkpoint(path, model, make_optimizer(model))
+
+
+def test_entropy_is_finite_for_a_tiny_smoothing():
+    """Regression (found by hypothesis): eps / (V - 2) underflowed to 0 and log(0) raised."""
+    import math
+
+    from annotated.training import LabelSmoothingLoss
+
+    loss = LabelSmoothingLoss(4, 0, smoothing=5e-324)
+    assert math.isfinite(loss.entropy) and loss.entropy >= 0
