@@ -2,7 +2,7 @@
 
 # %% auto #0
 __all__ = ['MODEL_FLAGS', 'TASK_DEFAULTS', 'EXTRA_TASKS', 'Runtime', 'start_runtime', 'stop_runtime', 'global_update',
-           'replica_max_diff', 'should_stop', 'git_commit', 'hardware', 'write_results', 'evaluate_loss',
+           'replica_max_diff', 'should_stop', 'git_commit', 'hardware', 'run_record', 'write_results', 'evaluate_loss',
            'translate_ids', 'bleu_report', 'model_overrides', 'epoch_batches', 'train_multi30k', 'finish_run',
            'load_for_inference', 'cmd_train', 'cmd_evaluate', 'cmd_translate', 'average_of', 'train_copy_task',
            'copy_run', 'finish_copy', 'OneLineErrors', 'positive', 'per_task', 'add_train_options',
@@ -154,6 +154,18 @@ def hardware(rt: Runtime) -> str:
     if rt.device.type == "cuda":
         return f"{rt.world_size} x {torch.cuda.get_device_name(rt.device)}"
     return f"{rt.world_size} process(es) on {platform.processor() or platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads each"
+
+
+def run_record(task: str, args: argparse.Namespace, rt: Runtime, model: Transformer) -> dict:
+    """What every results file starts with: the task, the command, the code, the machine, the model."""
+    return {
+        "task": task,
+        "command": shlex.join(["python", "-m", "annotated", *getattr(args, "argv", sys.argv[1:])]),
+        "commit": git_commit(),
+        "hardware": hardware(rt),
+        "torch": torch.__version__,
+        "config": dataclasses.asdict(model.cfg),
+    }
 
 
 def write_results(path: Path, results: dict) -> None:
@@ -315,12 +327,7 @@ def finish_run(
     save_checkpoint(out / "checkpoint.pt", model, optimizer, scheduler, step=step)
     val = evaluate_loss(model, val_ex, args.max_tokens, rt.device)
     results = {
-        "task": "multi30k de-en",
-        "command": shlex.join(["python", "-m", "annotated", *getattr(args, "argv", sys.argv[1:])]),
-        "commit": git_commit(),
-        "hardware": hardware(rt),
-        "torch": torch.__version__,
-        "config": dataclasses.asdict(model.cfg),
+        **run_record("multi30k de-en", args, rt, model),
         "training": {
             "steps": step,
             "epochs": epoch,
@@ -505,12 +512,7 @@ def finish_copy(args, rt, model, optimizer, scheduler, trained: dict, snapshots,
     final, avg = round(exact_match(model, *held), 4), round(exact_match(averaged, *held), 4)
     first = next(({"step": s, "seconds": t} for s, t, _, a in trained["evals"] if a == 1.0), None)
     results = {
-        "task": "copy",
-        "command": shlex.join(["python", "-m", "annotated", *getattr(args, "argv", sys.argv[1:])]),
-        "commit": git_commit(),
-        "hardware": hardware(rt),
-        "torch": torch.__version__,
-        "config": dataclasses.asdict(model.cfg),
+        **run_record("copy", args, rt, model),
         "training": {
             "steps": step,
             "wall_seconds": round(trained["wall"], 1),

@@ -20,27 +20,15 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 from tqdm import tqdm
 
-from .masks import causal_mask, padding_mask
+from .masks import causal_mask, check_tokens, padding_mask
 from .model import Transformer, TransformerConfig
 
 # %% ../notebooks/12_training.ipynb #c005
-def _check_token_ids(tokens, name: str) -> None:
-    if (
-        not isinstance(tokens, Tensor)
-        or tokens.dtype.is_floating_point
-        or tokens.dtype == torch.bool
-    ):
-        got = tokens.dtype if isinstance(tokens, Tensor) else type(tokens).__name__
-        raise TypeError(f"{name} must be an integer tensor of token ids, got {got}")
-    if tokens.dim() != 2:
-        raise ValueError(f"{name} must have shape (B, length), got {tuple(tokens.shape)}")
-
-
 class Batch:
     """Split targets into decoder input and labels, offset by one, and build both masks (§3.1)."""
 
     def __init__(self, src: Tensor, tgt: Tensor, pad_id: int):
-        _check_token_ids(src, "src"), _check_token_ids(tgt, "tgt")
+        check_tokens(src, "src", "(B, length)"), check_tokens(tgt, "tgt", "(B, length)")
         if src.size(0) != tgt.size(0):
             raise ValueError(
                 f"src and tgt must have the same batch size, got {src.size(0)} and {tgt.size(0)}"
@@ -107,7 +95,7 @@ class LabelSmoothingLoss(nn.Module):
                 f"logits must be target's shape plus V={self.vocab_size}, "
                 f"got logits {tuple(logits.shape)} and target {tuple(target.shape)}"
             )
-        _check_token_ids(target.reshape(1, -1), "target")
+        check_tokens(target.reshape(1, -1), "target", "(B, length)")
         dtype = torch.promote_types(logits.dtype, torch.float32)  # half precision: sum in float32
         log_p = F.log_softmax(logits.reshape(-1, self.vocab_size), dim=-1, dtype=dtype)  # (N, V)
         q = self.target_distribution(target, dtype)  # (N, V)
