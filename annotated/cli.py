@@ -259,6 +259,8 @@ def model_overrides(args: argparse.Namespace) -> dict:
             overrides[flag] = True
     if args.no_scale:
         overrides["scale_attention"] = False
+    if args.embedding_init is not None:
+        overrides["embedding_init"] = args.embedding_init
     return overrides
 
 
@@ -291,7 +293,7 @@ def train_multi30k(args: argparse.Namespace, rt: Runtime) -> dict:
     )
     started = time.time()
     deadline = started + 60 * args.minutes if args.minutes else None
-    step, epoch, curve, val_curve = 0, 0, [], []
+    step, epoch, curve, val_curve, snapshots = 0, 0, [], [], []
     while not should_stop(rt, step, args.steps, deadline):
         for batch in epoch_batches(rt, train_ex, args.max_tokens, args.seed + epoch):
             loss = global_update(rt, net, loss_fn, optimizer, batch, scheduler)
@@ -305,33 +307,45 @@ def train_multi30k(args: argparse.Namespace, rt: Runtime) -> dict:
                 val = evaluate_loss(model, val_ex, args.max_tokens, rt.device)
                 val_curve.append((step, round(val["loss"], 4), round(val["perplexity"], 3)))
                 log(f"step {step}  val loss {val['loss']:.3f}  perplexity {val['perplexity']:.2f}")
+                snapshots = [*snapshots, {k: v.clone() for k, v in model.state_dict().items()}]
+                snapshots = snapshots[-args.average :]
             if should_stop(rt, step, args.steps, deadline):
                 break
         epoch += 1
     wall = time.time() - started
     results = {}
     if rt.main:
+        if not snapshots or step % args.eval_every:  # the final weights are the last snapshot
+            snapshots = [*snapshots, {k: v.clone() for k, v in model.state_dict().items()}]
+        trained = {"steps": step, "epochs": epoch, "wall": wall, "curve": curve, "val": val_curve}
         results = finish_run(
-            args, rt, model, tok, optimizer, scheduler, step, epoch, wall, curve, val_curve, val_ex
+            args, rt, model, tok, optimizer, scheduler, trained, snapshots[-args.average :], val_ex
         )
     return results
 
 # %% ../notebooks/16_command_line.ipynb #c012
 def finish_run(
-    args, rt, model, tok, optimizer, scheduler, step, epoch, wall, curve, val_curve, val_ex
+    args, rt, model, tok, optimizer, scheduler, trained: dict, snapshots: list[dict], val_ex
 ) -> dict:
-    """Rank 0: save checkpoint and tokenizer, evaluate on val and test, write the results file."""
+    """Rank 0: save checkpoints and tokenizer, pick final or averaged weights on val, run test."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    step = trained["steps"]
     save_tokenizer(tok, out / "tokenizer.json")
     save_checkpoint(out / "checkpoint.pt", model, optimizer, scheduler, step=step)
-    val = evaluate_loss(model, val_ex, args.max_tokens, rt.device)
+    val, used = {"final": evaluate_loss(model, val_ex, args.max_tokens, rt.device)}, "final"
+    if len(snapshots) > 1:
+        averaged = average_of(model, snapshots)
+        save_checkpoint(out / "averaged.pt", averaged, step=step, snapshots=len(snapshots))
+        val["averaged"] = evaluate_loss(averaged, val_ex, args.max_tokens, rt.device)
+        if val["averaged"]["loss"] < val["final"]["loss"]:  # chosen on val, never on test
+            model, used = averaged, "averaged"
     results = {
         **run_record("multi30k de-en", args, rt, model),
         "training": {
             "steps": step,
-            "epochs": epoch,
-            "wall_seconds": round(wall, 1),
+            "epochs": trained["epochs"],
+            "wall_seconds": round(trained["wall"], 1),
             "max_tokens_per_batch": args.max_tokens,
             "warmup": args.warmup,
             "lr_factor": args.lr_factor,
@@ -340,11 +354,14 @@ def finish_run(
             "seed": args.seed,
         },
         "val": {
-            "loss": round(val["loss"], 4),
-            "perplexity": round(val["perplexity"], 3),
-            "curve": val_curve,
+            "weights": used,  # the weights that the numbers below and the test BLEU belong to
+            "averaged_snapshots": len(snapshots) if used == "averaged" else 1,
+            "loss": round(val[used]["loss"], 4),
+            "perplexity": round(val[used]["perplexity"], 3),
+            **{f"{k}_perplexity": round(v["perplexity"], 3) for k, v in val.items()},
+            "curve": trained["val"],
         },
-        "train_curve": curve[:: max(1, len(curve) // 200)],
+        "train_curve": trained["curve"][:: max(1, len(trained["curve"]) // 200)],
     }
     if not args.no_test:
         test_pairs = load_multi30k(args.test_split, args.data_dir)
@@ -380,8 +397,20 @@ def load_for_inference(checkpoint: str, tokenizer: str | None, device: torch.dev
 
 
 TASK_DEFAULTS = {  # options whose default depends on the task
-    "multi30k": {"warmup": 4000, "lr_factor": 1.0, "eval_every": 200, "log_every": 50},
-    "copy": {"warmup": 100, "lr_factor": 0.5, "eval_every": 50, "log_every": 100},
+    "multi30k": {
+        "warmup": 4000,
+        "lr_factor": 1.0,
+        "embedding_init": "normal",
+        "eval_every": 200,
+        "log_every": 50,
+    },
+    "copy": {
+        "warmup": 100,
+        "lr_factor": 0.5,
+        "embedding_init": "xavier",
+        "eval_every": 50,
+        "log_every": 100,
+    },
 }
 
 
@@ -616,6 +645,13 @@ def add_train_options(train: argparse.ArgumentParser) -> None:
         help="model: attention without the 1/sqrt(d_k) scale (an ablation)",
     )
     train.add_argument(
+        "--embedding-init",
+        choices=("xavier", "normal"),
+        default=None,
+        help="model: initialiser of the embedding tables, Xavier-uniform or N(0, 1/d_model) "
+        f"(notebook 06; default {per_task('embedding_init')})",
+    )
+    train.add_argument(
         "--label-smoothing", type=float, default=0.1, help="epsilon_ls of §5.4 (default 0.1)"
     )
     train.add_argument(
@@ -642,6 +678,13 @@ def add_train_options(train: argparse.ArgumentParser) -> None:
         type=positive(int),
         default=None,
         help=f"print the training loss every N updates (default {per_task('log_every')})",
+    )
+    train.add_argument(
+        "--average",
+        type=positive(int),
+        default=5,
+        help="also average the last N weight snapshots, one per --eval-every updates (§6.1; "
+        "multi30k keeps the average when its validation loss is lower; 1: off; default 5)",
     )
     train.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     train.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
@@ -701,7 +744,6 @@ def add_copy_options(parser: argparse.ArgumentParser) -> None:
         ("--copy-vocab", 11, "vocabulary size, the ids PAD, BOS, EOS included"),
         ("--batch-size", 32, "sequences per update, over all processes together"),
         ("--eval-size", 200, "held-out sequences for the exact match"),
-        ("--average", 5, "average the last N weight snapshots too (§6.1; 1: off)"),
     ):
         train.add_argument(
             flag, type=positive(int), default=default, help=f"copy: {what} (default {default})"

@@ -38,6 +38,7 @@ class TransformerConfig:
     shared_vocab: bool = (
         False  # §3.4: one vocabulary for both sides, so one embedding matrix for all three
     )
+    embedding_init: str = "xavier"  # "xavier", or "normal": N(0, 1/d_model) for the embeddings
 
     def __post_init__(self):
         for name in ("src_vocab", "tgt_vocab", "n_layers", "d_model", "d_ff", "n_heads", "max_len"):
@@ -50,6 +51,10 @@ class TransformerConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.embedding_init not in ("xavier", "normal"):
+            raise ValueError(
+                f"embedding_init must be 'xavier' or 'normal', got {self.embedding_init!r}"
+            )
         if self.shared_vocab and self.src_vocab != self.tgt_vocab:
             raise ValueError(
                 "shared_vocab=True needs src_vocab == tgt_vocab, "
@@ -76,6 +81,9 @@ class Transformer(nn.Module):
         for weight in self.parameters():
             if weight.dim() > 1:
                 nn.init.xavier_uniform_(weight)
+        if cfg.embedding_init == "normal":
+            for table in (self.src_embed.lut.weight, self.tgt_embed.lut.weight):
+                nn.init.normal_(table, 0.0, d**-0.5)  # x sqrt(d) in forward: RMS 1
         for module in self.modules():
             if isinstance(module, MultiHeadAttention):
                 module.scale = cfg.scale_attention

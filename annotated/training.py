@@ -98,10 +98,20 @@ class LabelSmoothingLoss(nn.Module):
         check_tokens(target.reshape(1, -1), "target", "(B, length)")
         dtype = torch.promote_types(logits.dtype, torch.float32)  # half precision: sum in float32
         log_p = F.log_softmax(logits.reshape(-1, self.vocab_size), dim=-1, dtype=dtype)  # (N, V)
-        q = self.target_distribution(target, dtype)  # (N, V)
-        return -(q * log_p.masked_fill(q == 0, 0.0)).sum()  # 0 * log 0 counts as 0
+        target = target.reshape(-1, 1)  # (N, 1)
+        # -sum_j q_j log p_j without building q: the label's term plus `rest` times the sum over
+        # the classes that are neither the label nor padding
+        label = log_p.gather(1, target)[:, 0]  # (N,)
+        loss = (1.0 - self.smoothing) * label
+        if self.smoothing:
+            rest, pad = self.smoothing / (self.vocab_size - 2), self.pad_id
+            # the pad column is sliced out, not subtracted: log p_pad may be -inf
+            not_pad = log_p[:, :pad].sum(dim=-1) + log_p[:, pad + 1 :].sum(dim=-1)  # (N,)
+            others = not_pad - label.clamp(min=torch.finfo(dtype).min)  # -inf - -inf is nan
+            loss = loss + rest * others
+        return -loss.masked_fill(target[:, 0] == self.pad_id, 0.0).sum()  # padded: not scored
 
-# %% ../notebooks/12_training.ipynb #c019
+# %% ../notebooks/12_training.ipynb #c021
 def noam_lr(step: int, d_model: int, warmup: int) -> float:
     """Return the learning rate of update `step`, counted from 1 (§5.3, Eq. 3)."""
     for name, value in (("step", step), ("d_model", d_model), ("warmup", warmup)):
@@ -134,7 +144,7 @@ def make_optimizer(
     """Build Adam with the paper's betas and eps; lr=1.0 leaves the rate to noam_scheduler (§5.3)."""
     return torch.optim.Adam(model.parameters(), lr=lr, betas=betas, eps=eps)
 
-# %% ../notebooks/12_training.ipynb #c025
+# %% ../notebooks/12_training.ipynb #c027
 def _update_tokens(batches: list[Batch], n_tokens: int | None, world_size: int) -> int:
     """Check and return the loss's denominator: the real target tokens of the whole update."""
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
@@ -159,7 +169,7 @@ def _update_tokens(batches: list[Batch], n_tokens: int | None, world_size: int) 
         )
     return n_tokens
 
-# %% ../notebooks/12_training.ipynb #c026
+# %% ../notebooks/12_training.ipynb #c028
 def train_step(
     model: nn.Module,
     loss_fn: nn.Module,
@@ -190,7 +200,7 @@ def train_step(
         scheduler.step()  # once per update
     return total.item() / n_tokens  # with several processes: this one's share of the loss
 
-# %% ../notebooks/12_training.ipynb #c028
+# %% ../notebooks/12_training.ipynb #c030
 class Trainer:
     """Train with one update per `accum_steps` batches, logging (step, loss per token) (§5)."""
 
@@ -238,7 +248,7 @@ class Trainer:
         bar.close()
         return self.history[start:]
 
-# %% ../notebooks/12_training.ipynb #c034
+# %% ../notebooks/12_training.ipynb #c036
 CHECKPOINT_FORMAT = "annotated.training/1"
 _CHECKPOINT_KEYS = ("format", "config", "model", "optimizer", "scheduler", "step", "rng", "extra")
 
@@ -272,7 +282,7 @@ def save_checkpoint(
     torch.save(state, tmp)
     os.replace(tmp, path)  # atomic: a crash mid-save leaves the previous checkpoint whole
 
-# %% ../notebooks/12_training.ipynb #c035
+# %% ../notebooks/12_training.ipynb #c037
 @dataclasses.dataclass
 class Checkpoint:
     """A loaded checkpoint: the model, its step and extras, and the states `restore` puts back."""
@@ -304,7 +314,7 @@ class Checkpoint:
             if self.rng_state["cuda"] and torch.cuda.is_available():
                 torch.cuda.set_rng_state_all([s.cpu() for s in self.rng_state["cuda"]])
 
-# %% ../notebooks/12_training.ipynb #c036
+# %% ../notebooks/12_training.ipynb #c038
 def _read_checkpoint(path: str | os.PathLike, map_location: str | torch.device | None) -> dict:
     if not Path(path).is_file():
         raise FileNotFoundError(f"no checkpoint file at {path}")
@@ -326,7 +336,7 @@ def _read_checkpoint(path: str | os.PathLike, map_location: str | torch.device |
         )
     return state
 
-# %% ../notebooks/12_training.ipynb #c037
+# %% ../notebooks/12_training.ipynb #c039
 def load_checkpoint(
     path: str | os.PathLike,
     model: Transformer | None = None,

@@ -185,6 +185,27 @@ def test_train_multi30k_writes_checkpoint_tokenizer_results(multi30k_run):
     assert results["val"]["perplexity"] > 1 and "test" not in results
 
 
+def test_multi30k_defaults_and_weight_averaging(multi30k_run, tmp_path):
+    first = json.loads((multi30k_run / "results.json").read_text())
+    assert first["config"]["embedding_init"] == "normal"  # the task's default
+    assert first["val"]["weights"] == "final" and "averaged_perplexity" not in first["val"]
+    args = ["train", "--steps", "4", "--eval-every", "2", "--average", "2", "--vocab-size", "300"]
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert (
+            main([*args, "--no-test", *TINY, "--data-dir", str(DATA), "--out", str(tmp_path)]) == 0
+        )
+    finally:
+        torch.set_num_threads(before)
+    val = json.loads((tmp_path / "results.json").read_text())["val"]
+    averaged = load_checkpoint(tmp_path / "averaged.pt", restore_rng=False)
+    assert averaged.extra["snapshots"] == 2 and averaged.step == 4
+    better = min(("final", "averaged"), key=lambda k: val[f"{k}_perplexity"])
+    assert val["weights"] == better and val["perplexity"] == val[f"{better}_perplexity"]
+    assert val["averaged_snapshots"] == (2 if better == "averaged" else 1)
+
+
 def test_evaluate_a_saved_model(multi30k_run, capsys):
     report = multi30k_run / "eval.json"
     args = ["--split", "val", "--limit", "3", "--beam", "2", "--data-dir", str(DATA)]

@@ -127,6 +127,26 @@ def test_weight_tying():
     assert separate.src_embed is not separate.tgt_embed
 
 
+@pytest.mark.parametrize("shared_vocab", [False, True])
+def test_normal_embedding_init_gives_unit_rms_after_the_factor(shared_vocab):
+    """N(0, 1/d): tokens x sqrt(d) have RMS 1 whatever V; the other weights are still Xavier."""
+    torch.manual_seed(0)
+    normal = make_model(4000, 4000, n_layers=1, d_model=64, shared_vocab=shared_vocab,
+                        embedding_init="normal")  # fmt: skip
+    torch.manual_seed(0)
+    xavier = make_model(4000, 4000, n_layers=1, d_model=64, shared_vocab=shared_vocab)
+    for model in (normal, xavier):
+        assert model.generator.weight is model.tgt_embed.lut.weight  # init does not untie
+    for embed in (normal.src_embed, normal.tgt_embed):
+        rms = (embed.lut.weight * 64**0.5).pow(2).mean().sqrt().item()
+        assert abs(rms - 1.0) < 0.02
+    xavier_rms = (xavier.src_embed.lut.weight * 64**0.5).pow(2).mean().sqrt().item()
+    assert abs(xavier_rms - (2 * 64 / (4000 + 64)) ** 0.5) < 0.01
+    torch.testing.assert_close(
+        normal.encoder.layers[0].self_attn.W_q.weight, xavier.encoder.layers[0].self_attn.W_q.weight
+    )
+
+
 def test_config_defaults_are_the_base_model():
     cfg = TransformerConfig(100, 100)
     assert (cfg.n_layers, cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.dropout) == (6, 512, 2048, 8, 0.1)
@@ -155,6 +175,7 @@ def test_parameter_counts_match_the_formula():
         ({"n_layers": 0}, r"n_layers must be a positive int, got 0"),
         ({"dropout": 1.0}, r"dropout must be in \[0, 1\), got 1.0"),
         ({"d_ff": 2.5}, r"d_ff must be a positive int, got 2.5"),
+        ({"embedding_init": "zeros"}, r"embedding_init must be 'xavier' or 'normal', got 'zeros'"),
     ],
 )
 def test_bad_config_is_rejected(overrides, match):

@@ -146,6 +146,46 @@ def test_smoothed_distribution(vocab, pad, eps, seed):
         torch.testing.assert_close(rows[others], torch.full_like(rows[others], eps / (vocab - 2)))
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    vocab=st.integers(3, 30),
+    pad=st.integers(0, 29),
+    eps=st.sampled_from([0.0, 1e-8, 0.1, 0.5, 0.9]),
+    shape=st.tuples(st.integers(1, 4), st.integers(1, 7)),
+    seed=st.integers(0, 999),
+)
+def test_loss_equals_the_explicit_sum_over_q(vocab, pad, eps, shape, seed):
+    """forward's three terms give the same loss and gradient as -sum(q * log p) with q built."""
+    pad = pad % vocab
+    gen = torch.Generator().manual_seed(seed)
+    logits = (3 * torch.randn(*shape, vocab, generator=gen, dtype=torch.float64)).requires_grad_()
+    target = torch.randint(0, vocab, shape, generator=gen)
+    loss_fn = LabelSmoothingLoss(vocab, pad, eps)
+    q = loss_fn.target_distribution(target, torch.float64)  # (N, V)
+    explicit = -(q * logits.reshape(-1, vocab).log_softmax(-1)).sum()
+    fast = loss_fn(logits, target)
+    torch.testing.assert_close(fast, explicit)
+    (g_explicit,), (g_fast,) = (torch.autograd.grad(x, logits) for x in (explicit, fast))
+    torch.testing.assert_close(g_fast, g_explicit)
+
+
+@pytest.mark.parametrize("pad", [0, 4, 9])
+def test_loss_with_impossible_classes_is_never_nan(pad):
+    """A -inf logit on padding is harmless; on the label the loss is +inf, as -sum(q log p) says."""
+    logits = torch.randn(3, V, dtype=torch.float64)
+    logits[:, pad] = -math.inf  # the model rules padding out
+    target = torch.tensor([(pad + 1) % V, (pad + 2) % V, pad])
+    loss_fn = LabelSmoothingLoss(V, pad, 0.1)
+    q = loss_fn.target_distribution(target, torch.float64)
+    log_p = logits.log_softmax(-1)
+    explicit = -(q * log_p.masked_fill(q == 0, 0.0)).sum()
+    torch.testing.assert_close(loss_fn(logits, target), explicit)
+    assert torch.isfinite(explicit)
+    logits[0, target[0]] = -math.inf  # ... and the label too
+    assert loss_fn(logits, target).item() == math.inf
+    assert LabelSmoothingLoss(V, pad, 0.0)(logits, target).item() == math.inf
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     vocab=st.integers(3, 40),
