@@ -59,6 +59,7 @@ test-browser: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_attention.py
+	$(BIN)/python benchmarks/bench_loss.py
 
 # Point every link (book launch buttons, notebook install cells, Colab/Binder links) at a fork:
 #   make repo-url URL=https://github.com/you/annotated

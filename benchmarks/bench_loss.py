@@ -1,0 +1,84 @@
+"""Label-smoothing loss, forward and backward: ours against PyTorch's fused cross-entropy.
+
+Prints the median time of three ways to compute the loss of notebook 12 for N target positions over a
+vocabulary of V, and their ratios to PyTorch's `F.cross_entropy(label_smoothing=...)` (a close relative:
+it spreads eps over all V classes, so its value differs slightly; notebook 12 gives the exact relation):
+
+- `LabelSmoothingLoss` as exported: the label's term plus one sum per row, without building q;
+- the explicit form -sum(q * log p) with the (N, V) target distribution q built, as the paper states it.
+
+The sizes default to a Multi30k batch of notebook 15 (about 1,800 target tokens, 8,000 subwords). The
+three values are checked to agree before timing. A benchmark prints; it never fails.
+
+Usage: python benchmarks/bench_loss.py [--tokens N] [--vocab V] [--repeats R] [--threads T]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from annotated.training import LabelSmoothingLoss
+
+PAD, EPS = 0, 0.1
+
+
+def median_ms(fn, logits: torch.Tensor, target: torch.Tensor, repeats: int) -> float:
+    """Median milliseconds of forward + backward, after two warm-up calls."""
+    times = []
+    for i in range(repeats + 2):
+        logits.grad = None
+        start = time.perf_counter()
+        fn(logits, target).backward()
+        if i >= 2:
+            times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=1800, help="target positions N")
+    parser.add_argument("--vocab", type=int, default=8000, help="vocabulary size V")
+    parser.add_argument("--repeats", type=int, default=15, help="timed runs per way (median)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    V = args.vocab
+    ours = LabelSmoothingLoss(V, PAD, EPS)
+
+    def explicit(logits, target):
+        q = ours.target_distribution(target)  # (N, V)
+        return -(q * logits.log_softmax(-1).masked_fill(q == 0, 0.0)).sum()
+
+    def pytorch(logits, target):
+        smoothing = EPS * V / (V - 2)  # the same mass on each class that is neither label nor pad
+        return F.cross_entropy(
+            logits, target, label_smoothing=smoothing, ignore_index=PAD, reduction="sum"
+        )
+
+    logits = torch.randn(args.tokens, V, requires_grad=True)  # (N, V)
+    target = torch.randint(3, V, (args.tokens,))
+    target[: args.tokens // 20] = PAD  # a few padded positions
+    values = [f(logits, target).item() for f in (ours, explicit, pytorch)]
+    assert abs(values[0] - values[1]) <= 1e-4 * abs(values[1]), values
+    print(
+        f"torch {torch.__version__}, {args.threads} thread(s), N {args.tokens}, V {V}, "
+        f"forward + backward, median of {args.repeats}"
+    )
+    reference = median_ms(pytorch, logits, target, args.repeats)
+    print(f"{'F.cross_entropy(label_smoothing)':34s} {reference:8.1f} ms   1.00")
+    for name, fn in (
+        ("LabelSmoothingLoss (three terms)", ours),
+        ("explicit -sum(q log p)", explicit),
+    ):
+        ms = median_ms(fn, logits, target, args.repeats)
+        print(f"{name:34s} {ms:8.1f} ms   {ms / reference:.2f}")
+
+
+if __name__ == "__main__":
+    main()
