@@ -7,11 +7,10 @@ A benchmark prints; it never fails. Usage: python benchmarks/bench_attention.py 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from functools import partial
 
 import torch
+from _timing import median_ms
 from torch import nn
 
 from annotated import MultiHeadAttention, causal_mask
@@ -41,17 +40,6 @@ def forward_backward(layer: nn.Module, x: torch.Tensor, kwargs: dict) -> None:
         torch.cuda.synchronize()
 
 
-def median_ms(step, repeats: int) -> float:
-    for _ in range(3):  # warm-up
-        step()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10, help="timed runs per case (median)")
@@ -78,8 +66,8 @@ def main() -> None:
             # alternate the two, twice, so that both see the same machine state
             t_ours, t_theirs = [], []
             for _ in range(2):
-                t_ours.append(median_ms(ours_step, args.repeats))
-                t_theirs.append(median_ms(theirs_step, args.repeats))
+                t_ours.append(median_ms(ours_step, args.repeats, warmup=3))
+                t_theirs.append(median_ms(theirs_step, args.repeats, warmup=3))
             a, b = min(t_ours), min(t_theirs)
             label = "causal" if masked else "none"
             print(f"{B:>4} {T:>4} {D:>4} {H:>2} {label:>6} {a:9.2f} {b:9.2f} {a / b:6.2f}")

@@ -16,27 +16,15 @@ Usage: python benchmarks/bench_loss.py [--tokens N] [--vocab V] [--repeats R] [-
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+from functools import partial
 
 import torch
 import torch.nn.functional as F
+from _timing import median_ms
 
 from annotated.training import LabelSmoothingLoss
 
 PAD, EPS = 0, 0.1
-
-
-def median_ms(fn, logits: torch.Tensor, target: torch.Tensor, repeats: int) -> float:
-    """Median milliseconds of forward + backward, after two warm-up calls."""
-    times = []
-    for i in range(repeats + 2):
-        logits.grad = None
-        start = time.perf_counter()
-        fn(logits, target).backward()
-        if i >= 2:
-            times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
 
 
 def main() -> None:
@@ -64,19 +52,24 @@ def main() -> None:
     logits = torch.randn(args.tokens, V, requires_grad=True)  # (N, V)
     target = torch.randint(3, V, (args.tokens,))
     target[: args.tokens // 20] = PAD  # a few padded positions
+
+    def backward(fn):
+        logits.grad = None
+        fn(logits, target).backward()
+
     values = [f(logits, target).item() for f in (ours, explicit, pytorch)]
     assert abs(values[0] - values[1]) <= 1e-4 * abs(values[1]), values
     print(
         f"torch {torch.__version__}, {args.threads} thread(s), N {args.tokens}, V {V}, "
         f"forward + backward, median of {args.repeats}"
     )
-    reference = median_ms(pytorch, logits, target, args.repeats)
+    reference = median_ms(partial(backward, pytorch), args.repeats)
     print(f"{'F.cross_entropy(label_smoothing)':34s} {reference:8.1f} ms   1.00")
     for name, fn in (
         ("LabelSmoothingLoss (three terms)", ours),
         ("explicit -sum(q log p)", explicit),
     ):
-        ms = median_ms(fn, logits, target, args.repeats)
+        ms = median_ms(partial(backward, fn), args.repeats)
         print(f"{name:34s} {ms:8.1f} ms   {ms / reference:.2f}")
 
 

@@ -9,10 +9,9 @@ Usage: python benchmarks/bench_train.py [--repeats N] [--device cpu|cuda]
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
+from _timing import median_ms
 from torch import nn
 
 from annotated import causal_mask, make_model, padding_mask
@@ -52,17 +51,6 @@ class TorchReference(nn.Module):
             memory_key_padding_mask=src_pad,
         )
         return self.generator(x)
-
-
-def median_ms(step, repeats: int) -> float:
-    for _ in range(2):
-        step()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
 
 
 def make_step(model, inputs, device):
