@@ -3,9 +3,9 @@
 # %% auto #0
 __all__ = ['MODEL_FLAGS', 'TASK_DEFAULTS', 'EXTRA_TASKS', 'Runtime', 'start_runtime', 'stop_runtime', 'global_update',
            'replica_max_diff', 'should_stop', 'git_commit', 'hardware', 'run_record', 'write_results', 'evaluate_loss',
-           'translate_ids', 'bleu_report', 'model_overrides', 'epoch_batches', 'train_multi30k', 'finish_run',
-           'load_for_inference', 'cmd_train', 'cmd_evaluate', 'cmd_translate', 'average_of', 'train_copy_task',
-           'copy_run', 'finish_copy', 'OneLineErrors', 'positive', 'per_task', 'add_train_options',
+           'translate_ids', 'bleu_report', 'model_overrides', 'with_snapshot', 'epoch_batches', 'train_multi30k',
+           'finish_run', 'load_for_inference', 'cmd_train', 'cmd_evaluate', 'cmd_translate', 'average_of',
+           'train_copy_task', 'copy_run', 'finish_copy', 'OneLineErrors', 'positive', 'per_task', 'add_train_options',
            'add_multi30k_options', 'add_copy_options', 'build_parser', 'main']
 
 # %% ../notebooks/16_command_line.ipynb #c002
@@ -264,6 +264,11 @@ def model_overrides(args: argparse.Namespace) -> dict:
     return overrides
 
 
+def with_snapshot(snapshots: list[dict], model: nn.Module, keep: int) -> list[dict]:
+    """The last `keep` weight snapshots, a copy of the model's current weights being the newest."""
+    return [*snapshots, {k: v.clone() for k, v in model.state_dict().items()}][-keep:]
+
+
 def epoch_batches(rt: Runtime, examples, max_tokens: int, seed: int) -> Iterator[Batch]:
     """This process's share of one epoch; every process gets the same number of batches."""
     batches = list(token_batches(examples, max_tokens, shuffle=True, seed=seed))
@@ -307,8 +312,7 @@ def train_multi30k(args: argparse.Namespace, rt: Runtime) -> dict:
                 val = evaluate_loss(model, val_ex, args.max_tokens, rt.device)
                 val_curve.append((step, round(val["loss"], 4), round(val["perplexity"], 3)))
                 log(f"step {step}  val loss {val['loss']:.3f}  perplexity {val['perplexity']:.2f}")
-                snapshots = [*snapshots, {k: v.clone() for k, v in model.state_dict().items()}]
-                snapshots = snapshots[-args.average :]
+                snapshots = with_snapshot(snapshots, model, args.average)
             if should_stop(rt, step, args.steps, deadline):
                 break
         epoch += 1
@@ -316,11 +320,9 @@ def train_multi30k(args: argparse.Namespace, rt: Runtime) -> dict:
     results = {}
     if rt.main:
         if not snapshots or step % args.eval_every:  # the final weights are the last snapshot
-            snapshots = [*snapshots, {k: v.clone() for k, v in model.state_dict().items()}]
+            snapshots = with_snapshot(snapshots, model, args.average)
         trained = {"steps": step, "epochs": epoch, "wall": wall, "curve": curve, "val": val_curve}
-        results = finish_run(
-            args, rt, model, tok, optimizer, scheduler, trained, snapshots[-args.average :], val_ex
-        )
+        results = finish_run(args, rt, model, tok, optimizer, scheduler, trained, snapshots, val_ex)
     return results
 
 # %% ../notebooks/16_command_line.ipynb #c012
@@ -512,8 +514,7 @@ def copy_run(args: argparse.Namespace, rt: Runtime) -> dict:
         if rt.main and step % args.log_every == 0:
             log(f"step {step}  loss/token {loss:.3f}  {time.time() - started:.0f}s")
         if rt.main and step % args.eval_every == 0:
-            snapshots = [*snapshots, {k: v.clone() for k, v in model.state_dict().items()}]
-            snapshots = snapshots[-args.average :]
+            snapshots = with_snapshot(snapshots, model, args.average)
             now = round(exact_match(model, *held), 4)
             avg = round(exact_match(average_of(model, snapshots), *held), 4)
             evals.append((step, round(time.time() - started, 1), now, avg))
@@ -522,11 +523,9 @@ def copy_run(args: argparse.Namespace, rt: Runtime) -> dict:
     if not rt.main:
         return {}
     if not snapshots or step % args.eval_every:  # the final weights are the last snapshot
-        snapshots = [*snapshots, {k: v.clone() for k, v in model.state_dict().items()}]
+        snapshots = with_snapshot(snapshots, model, args.average)
     trained = {"steps": step, "wall": wall, "replica_diff": diff, "curve": curve, "evals": evals}
-    return finish_copy(
-        args, rt, model, optimizer, scheduler, trained, snapshots[-args.average :], held
-    )
+    return finish_copy(args, rt, model, optimizer, scheduler, trained, snapshots, held)
 
 # %% ../notebooks/16_command_line.ipynb #c017
 def finish_copy(args, rt, model, optimizer, scheduler, trained: dict, snapshots, held) -> dict:

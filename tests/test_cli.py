@@ -190,14 +190,7 @@ def test_multi30k_defaults_and_weight_averaging(multi30k_run, tmp_path):
     assert first["config"]["embedding_init"] == "normal"  # the task's default
     assert first["val"]["weights"] == "final" and "averaged_perplexity" not in first["val"]
     args = ["train", "--steps", "4", "--eval-every", "2", "--average", "2", "--vocab-size", "300"]
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        assert (
-            main([*args, "--no-test", *TINY, "--data-dir", str(DATA), "--out", str(tmp_path)]) == 0
-        )
-    finally:
-        torch.set_num_threads(before)
+    assert main([*args, "--no-test", *TINY, "--data-dir", str(DATA), "--out", str(tmp_path)]) == 0
     val = json.loads((tmp_path / "results.json").read_text())["val"]
     averaged = load_checkpoint(tmp_path / "averaged.pt", restore_rng=False)
     assert averaged.extra["snapshots"] == 2 and averaged.step == 4
