@@ -39,8 +39,8 @@ check-export: $(STAMP)
 	  || (echo "annotated/ differs from the notebooks: edit notebooks/, then run 'make export'"; exit 1)
 
 lint: $(STAMP)
-	$(BIN)/ruff check annotated tests benchmarks tools book/build_assets.py
-	$(BIN)/ruff format --check tests benchmarks tools book/build_assets.py
+	$(BIN)/ruff check annotated tests benchmarks tools book/build_assets.py book/_ext
+	$(BIN)/ruff format --check tests benchmarks tools book/build_assets.py book/_ext
 
 test-unit: $(STAMP)
 	$(BIN)/pytest tests -m "not browser"

@@ -7,7 +7,8 @@ off, so each load transfers the whole page). A page fails when:
 * it requests anything from another host, has a local request that fails, or logs a console error;
 * its equations (MathJax) or altair charts (vega-embed) do not render, or MathJax reports a TeX error;
 * at 1366 px an element reaches past the content column (outside any box that scrolls it);
-* at 390 px the page scrolls sideways, or the menu button does not open the navigation drawer;
+* at 390 px the page scrolls sideways, or the menu button does not open the navigation drawer
+  (or the contents button its drawer);
 * it shows more than one search box, an image without real alt text (not a file name), or a
   figure without a caption;
 * its weight, the bytes transferred for one uncached load (compressed as any static host does),
@@ -490,6 +491,17 @@ def test_phone(phone: PageLog, book_server, docname: str) -> None:
     assert page.locator(".bd-sidebar-primary nav a:visible").count() >= 3, (
         f"{docname}: the drawer opened but shows no chapter links"
     )
+    # The page-contents button (pages with sections) slides its drawer in from the right.
+    page.keyboard.press("Escape")
+    contents = page.locator(".secondary-toggle:visible")
+    if contents.count():
+        contents.first.click()
+        page.wait_for_function(
+            "w => { const r = document.querySelector('.bd-sidebar-secondary')"
+            ".getBoundingClientRect(); return r.width > 200 && r.right <= w + 1 && r.left < w; }",
+            arg=PHONE["width"],
+            timeout=3_000,
+        )
 
 
 @pytest.mark.xfail(
