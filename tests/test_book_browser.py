@@ -511,20 +511,18 @@ def test_phone(phone: PageLog, book_server, docname: str) -> None:
 )
 def test_notebook_figures_have_captions() -> None:
     """Every figure a notebook draws sits in a captioned figure (read from the built HTML)."""
-    from bs4 import BeautifulSoup
+    from lxml import html
 
+    bare_images = (
+        "//article//div[contains(concat(' ', @class, ' '), ' cell_output ')]"
+        "//img[not(ancestor::figure[.//figcaption])]"
+    )
     missing = {}
     for docname in PAGES:
-        if not (BOOK / f"{docname}.ipynb").exists():
-            continue
-        soup = BeautifulSoup((HTML / f"{docname}.html").read_text(), "lxml")
-        bare = [
-            img["src"]
-            for img in soup.select("article .cell_output img")
-            if not (img.find_parent("figure") and img.find_parent("figure").find("figcaption"))
-        ]
-        if bare:
-            missing[docname] = len(bare)
+        if (BOOK / f"{docname}.ipynb").exists():
+            tree = html.fromstring((HTML / f"{docname}.html").read_bytes())
+            if bare := tree.xpath(bare_images):
+                missing[docname] = len(bare)
     assert not missing, f"figures without a caption, per chapter: {missing}"
 
 
