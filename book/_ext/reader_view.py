@@ -226,7 +226,13 @@ def result_substitutions() -> dict[str, str]:
 
     from annotated.model import TransformerConfig, make_model
 
-    run = json.loads((RESULTS / "multi30k" / "results.json").read_text())
+    path = RESULTS / "multi30k" / "results.json"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is missing: the landing page shows its numbers; record a run with "
+            "`python -m annotated train ... --results results/multi30k/results.json`"
+        )
+    run = json.loads(path.read_text())
     cfg = dict(run["config"])
     fields = set(TransformerConfig.__dataclass_fields__)
     cfg = {k: v for k, v in cfg.items() if k in fields}
