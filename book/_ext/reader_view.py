@@ -1,0 +1,310 @@
+"""What a reader sees: the book's own Sphinx extension (registered in _config.yml).
+
+The notebooks are also the package's source and its tests, so their cells carry machinery a reader
+does not need. This extension removes it when the page is rendered, never from the notebooks:
+
+* code cells: nbdev directives (`#| export`, `#| default_exp ...`) and nbval markers
+  (`# NBVAL_IGNORE_OUTPUT` with the parenthesised comment under it) are dropped; a cell left with no
+  code and no output disappears;
+* outputs: the `<torch._C.Generator ...>` repr that `torch.manual_seed(0)` leaves as a cell's
+  value is dropped; progress bars (tqdm) are dropped from stderr, other stderr (real warnings)
+  stays; an image whose alt text is a file name gets the paragraph that introduces it;
+* pages: MathJax only on pages with math, the vega bundle only on pages with an altair chart,
+  no sphinx-thebe (the book has no live code, and its script was included twice: a console error);
+* the built site: no source maps, and the theme's 1.5 MB icon script replaced by the few icons
+  the pages use (tools/icon_subset.py);
+* results: the landing page's numbers are substitutions computed here from results/*.json and
+  from the model itself (parameter counts), so they cannot go stale;
+* citations: one author-year style in the text and in the reference list.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from docutils import nodes
+from pybtex.plugin import register_plugin
+from pybtex.style.formatting.unsrt import Style as UnsrtStyle
+from pybtex.style.labels import BaseLabelStyle
+
+BOOK = Path(__file__).resolve().parents[1]
+ROOT = BOOK.parent
+RESULTS = ROOT / "results"
+
+DIRECTIVE = re.compile(r"^\s*#\|")  # nbdev: #| export, #| default_exp NAME, #| hide ...
+NBVAL = re.compile(r"^\s*#\s*NBVAL_\w+")
+GENERATOR_REPR = re.compile(r"^<torch\._C\.Generator (object )?at 0x[0-9a-f]+>$")
+# One tqdm line: "  0%|     | 0/150 [00:00<?, ?update/s]", "100%|█████| 150/150 [00:03<00:00, 41.2it/s]"
+PROGRESS = re.compile(r"^.*\d+%\|.*\|\s*[\d.]+[kMG]?/[\d.?]+[kMG]?\s*\[.*\]\s*$")
+
+
+# --- code cells -------------------------------------------------------------------------------
+
+
+def clean_source(text: str) -> str:
+    """Drop nbdev directive lines and nbval marker lines (with their parenthesised comment)."""
+    out: list[str] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if DIRECTIVE.match(line):
+            i += 1
+            continue
+        if NBVAL.match(line):
+            i += 1
+            # The marker's explanation: "# (differences ... vary between CPUs; ...)" on 1+ lines.
+            if i < len(lines) and re.match(r"^\s*#\s*\(", lines[i]):
+                while i < len(lines) and lines[i].lstrip().startswith("#"):
+                    closed = lines[i].rstrip().endswith(")")
+                    i += 1
+                    if closed:
+                        break
+            continue
+        out.append(line)
+        i += 1
+    while out and not out[0].strip():
+        out.pop(0)
+    return "\n".join(out).rstrip()
+
+
+def clean_stderr(text: str) -> str:
+    """Keep what a terminal would show of stderr, minus progress bars."""
+    kept = []
+    for line in text.split("\n"):
+        line = line.split("\r")[-1] if "\r" in line.rstrip("\r") else line.rstrip("\r")
+        if line.strip() and not PROGRESS.match(line):
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def _set_text(block: nodes.literal_block, text: str) -> None:
+    block.children = []
+    block += nodes.Text(text)
+    block.rawsource = text
+
+
+def _prose_before(node: nodes.Node) -> str:
+    """The paragraph just before `node` in document order (the alt text of its figure)."""
+    paragraph = None
+    # findall walks in document order: the last paragraph that precedes the node wins
+    for other in node.document.findall(nodes.paragraph):
+        if _precedes(other, node):
+            paragraph = other
+        else:
+            break
+    if paragraph is None:
+        return ""
+    text = " ".join(paragraph.astext().split()).rstrip(":")
+    return text if len(text) <= 250 else text[:247].rsplit(" ", 1)[0] + "…"
+
+
+def _precedes(a: nodes.Node, b: nodes.Node) -> bool:
+    """True when a comes before b in document order."""
+
+    def path(n: nodes.Node) -> list[int]:
+        steps = []
+        while n.parent is not None:
+            steps.append(n.parent.index(n))
+            n = n.parent
+        return steps[::-1]
+
+    return path(a) < path(b)
+
+
+def _is_empty(container: nodes.Element) -> bool:
+    return not any(
+        isinstance(n, (nodes.Text, nodes.image, nodes.raw))
+        and (not isinstance(n, nodes.Text) or n.astext().strip())
+        for n in container.findall()
+        if n is not container
+    )
+
+
+def clean_cells(app, doctree: nodes.document) -> None:
+    """doctree-read: remove test and export machinery from notebook cells."""
+    for cell in list(doctree.findall(nodes.container)):
+        if cell.get("nb_element") != "cell_code":
+            continue
+        for source in [c for c in cell.children if c.get("nb_element") == "cell_code_source"]:
+            for block in source.findall(nodes.literal_block):
+                cleaned = clean_source(block.astext())
+                if cleaned != block.astext():
+                    _set_text(block, cleaned)
+            if not source.astext().strip():
+                cell.remove(source)
+        for output in [c for c in cell.children if c.get("nb_element") == "cell_code_output"]:
+            for block in list(output.findall(nodes.literal_block)):
+                classes = block.get("classes", [])
+                text = block.astext()
+                drop = False
+                if "text_plain" in classes and GENERATOR_REPR.match(text.strip()):
+                    drop = True
+                elif "stderr" in classes:
+                    cleaned = clean_stderr(text)
+                    drop = not cleaned.strip()
+                    if not drop and cleaned != text:
+                        _set_text(block, cleaned)
+                if drop:
+                    # the repr sits in mime_bundle > container[mime_type] > literal_block
+                    target = block
+                    while target.parent is not output and _is_empty_without(target.parent, target):
+                        target = target.parent
+                    target.parent.remove(target)
+            for image in output.findall(nodes.image):
+                alt = image.get("alt", "")
+                if not alt or re.search(r"\.(png|jpe?g|svg|gif)$|^\S*/\S*$", alt):
+                    image["alt"] = _prose_before(cell) or "Figure drawn by the cell above"
+            if _is_empty(output):
+                cell.remove(output)
+        if not any(
+            c.get("nb_element") in ("cell_code_source", "cell_code_output") for c in cell.children
+        ):
+            cell.parent.remove(cell)
+
+
+def _is_empty_without(parent: nodes.Element, child: nodes.Node) -> bool:
+    return all(c is child for c in parent.children)
+
+
+# --- per-page assets --------------------------------------------------------------------------
+
+
+def prune_assets(app, pagename, templatename, context, doctree) -> None:
+    """html-page-context (late): keep MathJax, vega and thebe only where the page needs them."""
+    body = context.get("body", "")
+    has_math = 'class="math' in body or "\\(" in body or "\\[" in body or "$$" in body
+    has_chart = "vegaEmbed(" in body
+
+    def keep(script) -> bool:
+        name = str(getattr(script, "filename", "") or "")
+        inline = str(getattr(script, "attributes", {}).get("body", ""))
+        if "thebe" in name or "thebe" in inline.lower():
+            return False
+        if "mathjax" in name.lower() or "MathJax" in inline:
+            return has_math
+        if "vega_" in name:
+            return has_chart
+        return True
+
+    scripts = context.get("script_files")
+    if scripts is not None:
+        scripts[:] = [s for s in scripts if keep(s)]
+    styles = context.get("css_files")
+    if styles is not None:
+        styles[:] = [s for s in styles if "thebe" not in str(getattr(s, "filename", ""))]
+
+
+def finish_site(app, exception) -> None:
+    """build-finished: no source maps; the icon font script cut down to the icons in use."""
+    if exception is not None or app.builder.format != "html":
+        return
+    out = Path(app.outdir)
+    for source_map in out.rglob("*.map"):
+        source_map.unlink()
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from icon_subset import subset_site
+    finally:
+        sys.path.pop(0)
+    subset_site(out)
+
+
+# --- results on the landing page --------------------------------------------------------------
+
+
+def _millions(n: int) -> str:
+    return f"{n / 1e6:.1f}M"
+
+
+def result_substitutions() -> dict[str, str]:
+    """Numbers for intro.md, read from the recorded run and counted on the model itself."""
+    import torch
+
+    from annotated.model import TransformerConfig, make_model
+
+    path = RESULTS / "multi30k" / "results.json"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is missing: the landing page shows its numbers; record a run with "
+            "`python -m annotated train ... --results results/multi30k/results.json`"
+        )
+    run = json.loads(path.read_text())
+    cfg = dict(run["config"])
+    fields = set(TransformerConfig.__dataclass_fields__)
+    cfg = {k: v for k, v in cfg.items() if k in fields}
+
+    def count(**config) -> int:
+        with torch.device("meta"):
+            model = make_model(**config)
+        return sum(p.numel() for p in model.parameters())
+
+    base = count(src_vocab=37000, tgt_vocab=37000, shared_vocab=True)
+    big = count(
+        src_vocab=37000, tgt_vocab=37000, shared_vocab=True, d_model=1024, d_ff=4096, n_heads=16
+    )
+    trained = count(**cfg)
+    test = run["test"]
+    training = run["training"]
+    return {
+        "bleu_greedy": f"{test['greedy']['bleu']:.1f}",
+        "bleu_beam": f"{test['beam']['bleu']:.1f}",
+        "beam_size": str(test["beam"]["beam"]),
+        "test_split": test["split"],
+        "val_ppl": f"{run['val']['perplexity']:.2f}",
+        "train_minutes": f"{training['wall_seconds'] / 60:.0f}",
+        "train_steps": f"{training['steps']:,}",
+        "train_hardware": run["hardware"],
+        "trained_params": _millions(trained),
+        "trained_shape": (
+            f"{cfg['n_layers']}+{cfg['n_layers']} layers, d_model {cfg['d_model']}, "
+            f"{cfg['n_heads']} heads, d_ff {cfg['d_ff']}, a shared vocabulary of {cfg['src_vocab']:,}"
+        ),
+        "base_params": _millions(base),
+        "big_params": _millions(big),
+    }
+
+
+def add_substitutions(app, config) -> None:
+    """config-inited: merge the computed numbers into myst_substitutions."""
+    subs = dict(config.myst_substitutions or {})
+    subs.update(result_substitutions())
+    config.myst_substitutions = subs
+
+
+# --- citations --------------------------------------------------------------------------------
+
+
+class AuthorYearLabels(BaseLabelStyle):
+    """Label reference-list entries as the text cites them: "Vaswani et al., 2017"."""
+
+    def format_labels(self, sorted_entries):
+        for entry in sorted_entries:
+            people = entry.persons.get("author", [])
+            names = [" ".join(p.last_names) for p in people]
+            if len(names) > 2:
+                who = f"{names[0]} et al."
+            else:
+                who = " and ".join(names)
+            who = re.sub(r"[{}]", "", who)
+            yield f"{who}, {entry.fields.get('year', 'n.d.')}"
+
+
+class AuthorYearStyle(UnsrtStyle):
+    default_label_style = "author_year_labels"
+    default_sorting_style = "author_year_title"
+
+
+register_plugin("pybtex.style.labels", "author_year_labels", AuthorYearLabels)
+register_plugin("pybtex.style.formatting", "author_year", AuthorYearStyle)
+
+
+def setup(app):
+    app.connect("config-inited", add_substitutions)
+    app.connect("doctree-read", clean_cells)
+    app.connect("html-page-context", prune_assets, priority=900)
+    app.connect("build-finished", finish_site)
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

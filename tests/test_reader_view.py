@@ -1,0 +1,84 @@
+"""The book's render-time clean-up (book/_ext/reader_view.py) and icon subsetting (tools/icon_subset.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "book" / "_ext"), str(ROOT / "tools")]
+
+import icon_subset  # noqa: E402
+import reader_view  # noqa: E402
+
+
+def test_directives_and_markers_leave_the_code() -> None:
+    source = (
+        "#| export\n"
+        "# NBVAL_IGNORE_OUTPUT\n"
+        "# (differences at the level of float rounding vary between CPUs;\n"
+        "#  the asserts check them)\n"
+        "# Legend: B batch\n"
+        "x = 1  # keep me\n"
+        "#| hide\n"
+        "# (a comment of the reader's own stays)\n"
+        "y = x\n"
+    )
+    assert reader_view.clean_source(source) == (
+        "# Legend: B batch\nx = 1  # keep me\n# (a comment of the reader's own stays)\ny = x"
+    )
+
+
+def test_a_cell_of_directives_only_becomes_empty() -> None:
+    assert reader_view.clean_source("#| default_exp multi_head\n") == ""
+    assert reader_view.clean_source("# NBVAL_SKIP\n\n") == ""
+
+
+def test_progress_bars_leave_stderr_but_warnings_stay() -> None:
+    bar = "\r  0%|          | 0/150 [00:00<?, ?update/s]\r 41%|████      | 62/150 [00:01<00:02, 41.2update/s]"
+    done = "\r100%|██████████| 150/150 [00:03<00:00, 41.2it/s]\n"
+    warning = "/x/y.py:3: UserWarning: enable_nested_tensor is True\n"
+    assert reader_view.clean_stderr(bar + done) == ""
+    assert reader_view.clean_stderr(bar + done + warning) == warning.rstrip("\n")
+    assert reader_view.clean_stderr(warning) == warning.rstrip("\n")
+
+
+def test_the_generator_repr_is_recognised() -> None:
+    assert reader_view.GENERATOR_REPR.match("<torch._C.Generator at 0x7f9b8ff81bb0>")
+    assert not reader_view.GENERATOR_REPR.match("tensor([1, 2])")
+
+
+def test_landing_page_numbers_come_from_the_recorded_run() -> None:
+    run = json.loads((ROOT / "results" / "multi30k" / "results.json").read_text())
+    subs = reader_view.result_substitutions()
+    assert subs["bleu_greedy"] == f"{run['test']['greedy']['bleu']:.1f}"
+    assert subs["bleu_beam"] == f"{run['test']['beam']['bleu']:.1f}"
+    # The meta-device count is the count of a real model with the run's configuration.
+    from annotated.model import TransformerConfig, make_model
+
+    fields = set(TransformerConfig.__dataclass_fields__)
+    model = make_model(**{k: v for k, v in run["config"].items() if k in fields})
+    assert subs["trained_params"] == f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M"
+
+
+def test_icon_table_reads_each_set() -> None:
+    script = (
+        'var a={bars:[448,512,[],"f0c9","M0 96Z"],"magnifying-glass":[512,512,[128269,"search"],'
+        '"f002","M416 208Z"]};d("fas",a);var b={github:[496,512,[],"f09b","M165 397Z"]};d("fab",b);'
+    )
+    table = icon_subset.icon_table(script)
+    assert table["fas"] == {
+        "bars": (448, 512, "M0 96Z"),
+        "magnifying-glass": (512, 512, "M416 208Z"),
+    }
+    assert table["fab"] == {"github": (496, 512, "M165 397Z")}
+
+
+def test_used_icons_reads_classes_with_their_set(tmp_path: Path) -> None:
+    (tmp_path / "_static").mkdir()
+    (tmp_path / "page.html").write_text(
+        '<i class="fa-brands fa-github"></i><i class="fa-solid fa-bars fa-lg"></i>'
+    )
+    used = icon_subset.used_icons(tmp_path)
+    assert "github" in used["fab"] and "bars" in used["fas"] and "github" not in used["fas"]
