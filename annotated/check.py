@@ -507,3 +507,14 @@ from annotated.check_model import (  # noqa: E402  (they build on the helpers ab
     model,
     positional_encoding,
 )
+
+__all__ += [  # nbdev lists only the names this module defines
+    "layer_norm",
+    "positional_encoding",
+    "feed_forward",
+    "encoder_layer",
+    "decoder_layer",
+    "model",
+    "add_check_command",
+    "main_cli",
+]

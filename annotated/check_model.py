@@ -32,7 +32,6 @@ from annotated.check import (
     Report,
     attention,
     causal,
-    deterministic,
     ensure_callable,
     expect,
     expect_changes,

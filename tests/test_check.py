@@ -2,6 +2,7 @@
 correct ones (this package's pieces, thin wrappers around PyTorch's modules) that pass every check."""
 
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -116,7 +117,9 @@ WRONG_ATTENTION = [
 ]
 
 
-@pytest.mark.parametrize("fn, caught_by", WRONG_ATTENTION, ids=[f.__name__ for f, _ in WRONG_ATTENTION])
+@pytest.mark.parametrize(
+    "fn, caught_by", WRONG_ATTENTION, ids=[f.__name__ for f, _ in WRONG_ATTENTION]
+)
 def test_wrong_attention_is_caught(fn, caught_by):
     report = check.attention(fn)
     assert not report
@@ -188,7 +191,10 @@ class MergeWithoutTranspose(MultiHeadAttention):
 
 class ScaledByDModel(MultiHeadAttention):
     def forward(self, query, key, value, mask=None):
-        q, k, v = (self.split_heads(W(x)) for W, x in ((self.W_q, query), (self.W_k, key), (self.W_v, value)))
+        q, k, v = (
+            self.split_heads(W(x))
+            for W, x in ((self.W_q, query), (self.W_k, key), (self.W_v, value))
+        )
         s = q @ k.transpose(-2, -1) / math.sqrt(self.d_model)  # sqrt(d_model), not sqrt(d_k)
         if mask is not None:
             s = s.masked_fill(~mask, -1e9)
@@ -220,7 +226,10 @@ class SeedMultiHead(nn.Module):
 
 class MultiHeadMinusInf(MultiHeadAttention):
     def forward(self, query, key, value, mask=None):
-        q, k, v = (self.split_heads(W(x)) for W, x in ((self.W_q, query), (self.W_k, key), (self.W_v, value)))
+        q, k, v = (
+            self.split_heads(W(x))
+            for W, x in ((self.W_q, query), (self.W_k, key), (self.W_v, value))
+        )
         s = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
         if mask is not None:
             s = s.masked_fill(~mask, float("-inf"))
@@ -236,7 +245,9 @@ WRONG_MULTI_HEAD = [
 ]
 
 
-@pytest.mark.parametrize("cls, caught_by", WRONG_MULTI_HEAD, ids=[c.__name__ for c, _ in WRONG_MULTI_HEAD])
+@pytest.mark.parametrize(
+    "cls, caught_by", WRONG_MULTI_HEAD, ids=[c.__name__ for c, _ in WRONG_MULTI_HEAD]
+)
 def test_wrong_multi_head_is_caught(cls, caught_by):
     report = check.multi_head(lambda d, h: cls(d, h))
     assert not report
@@ -251,10 +262,17 @@ class SeedLayerNorm(nn.Module):
 
     def __init__(self, d_model, eps=1e-12):
         super().__init__()
-        self.gamma, self.beta, self.eps = nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.zeros(d_model)), eps
+        self.gamma, self.beta, self.eps = (
+            nn.Parameter(torch.ones(d_model)),
+            nn.Parameter(torch.zeros(d_model)),
+            eps,
+        )
 
     def forward(self, x):
-        return self.gamma * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + self.eps) + self.beta
+        return (
+            self.gamma * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + self.eps)
+            + self.beta
+        )
 
 
 class StdPlusEps(SeedLayerNorm):
@@ -335,7 +353,9 @@ class SelfAttentionIgnoresMask(EncoderLayer):
 class ContextFromTarget(DecoderLayer):
     def forward(self, x, memory, src_mask, tgt_mask):
         x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, tgt_mask))
-        x = self.sublayers[1](x, lambda x: self.cross_attn(x, x, x, tgt_mask))  # keys: x, not memory
+        x = self.sublayers[1](
+            x, lambda x: self.cross_attn(x, x, x, tgt_mask)
+        )  # keys: x, not memory
         return self.sublayers[2](x, self.feed_forward)
 
 
@@ -376,9 +396,17 @@ def small(cls):
 
 
 WRONG_LAYERS = [
-    ("encoder_layer", lambda d, h, f: EncoderLayer(d, h, f, norm_first=True), "output_is_layer_normalised"),
+    (
+        "encoder_layer",
+        lambda d, h, f: EncoderLayer(d, h, f, norm_first=True),
+        "output_is_layer_normalised",
+    ),
     ("encoder_layer", SelfAttentionIgnoresMask, "padding_invariance"),
-    ("decoder_layer", lambda d, h, f: DecoderLayer(d, h, f, norm_first=True), "output_is_layer_normalised"),
+    (
+        "decoder_layer",
+        lambda d, h, f: DecoderLayer(d, h, f, norm_first=True),
+        "output_is_layer_normalised",
+    ),
     ("decoder_layer", ContextFromTarget, "memory_is_attended"),
     ("decoder_layer", NoTargetMask, "causality"),
     ("decoder_layer", NoSourceMask, "src_padding_invariance"),
@@ -452,7 +480,10 @@ class TorchTransformer(nn.Module):
     def __init__(self, src_vocab, tgt_vocab, d_model=32):
         super().__init__()
         self.d_model = d_model
-        self.src_embed, self.tgt_embed = nn.Embedding(src_vocab, d_model), nn.Embedding(tgt_vocab, d_model)
+        self.src_embed, self.tgt_embed = (
+            nn.Embedding(src_vocab, d_model),
+            nn.Embedding(tgt_vocab, d_model),
+        )
         self.register_buffer("pe", sinusoidal_encoding(64, d_model))
         self.transformer = nn.Transformer(d_model, 4, 2, 2, 64, batch_first=True)
         self.generator = nn.Linear(d_model, tgt_vocab)
@@ -482,7 +513,10 @@ CORRECT = [
     ("layer_norm", (nn.LayerNorm,)),
     ("positional_encoding", (sinusoidal_encoding,)),
     ("feed_forward", (PositionwiseFeedForward,)),
-    ("feed_forward", (lambda d, f: nn.Sequential(nn.Linear(d, f), nn.ReLU(), nn.Dropout(0.1), nn.Linear(f, d)),)),
+    (
+        "feed_forward",
+        (lambda d, f: nn.Sequential(nn.Linear(d, f), nn.ReLU(), nn.Dropout(0.1), nn.Linear(f, d)),),
+    ),
     ("encoder_layer", (EncoderLayer,)),
     ("encoder_layer", (TorchEncoderLayer,)),
     ("decoder_layer", (DecoderLayer,)),
@@ -503,6 +537,7 @@ def test_correct_implementations_pass_every_check(piece, implementation):
     assert all(passed for _, passed, _ in report.results)
 
 
+@pytest.mark.slow
 def test_the_paper_sized_model_passes():
     assert check.model(make_model)  # d_model 512, six layers each side: still a few seconds
 
@@ -512,7 +547,10 @@ def test_the_paper_sized_model_passes():
 
 def test_a_report_is_a_table_of_named_results():
     report = check.attention(unscaled)
-    assert all(isinstance(name, str) and isinstance(passed, bool) and message for name, passed, message in report.results)
+    assert all(
+        isinstance(name, str) and isinstance(passed, bool) and message
+        for name, passed, message in report.results
+    )
     text, page = str(report), report._repr_html_()
     assert text.splitlines()[0].startswith("check.attention:") and "FAIL" in text
     assert all(name in text and f"<code>{name}</code>" in page for name, _, _ in report.results)
@@ -528,11 +566,13 @@ def test_an_implementation_that_raises_is_reported_not_raised():
     failing_factory = check.multi_head(lambda d, h: 1 / 0)
     assert [r.name for r in failing_factory.results] == ["builds"]
     assert "ZeroDivisionError" in failing_factory.results[0].message
-    not_a_module = check.layer_norm(lambda d: (lambda x: x))
+    not_a_module = check.layer_norm(lambda d: lambda x: x)
     assert not not_a_module and "expected an nn.Module" in not_a_module.results[0].message
 
 
-@pytest.mark.parametrize("piece, argument", [("attention", "fn"), ("multi_head", "factory"), ("model", "factory")])
+@pytest.mark.parametrize(
+    "piece, argument", [("attention", "fn"), ("multi_head", "factory"), ("model", "factory")]
+)
 def test_a_non_callable_raises_a_type_error_naming_the_argument(piece, argument):
     with pytest.raises(TypeError, match=f"{argument} must be callable"):
         getattr(check, piece)(42)
@@ -590,7 +630,17 @@ def test_cli_passes_a_correct_file(solutions, capsys):
     assert main(["check", "attention", f"{solutions / 'good.py'}:my_attention"]) == 0
     out = capsys.readouterr().out
     assert "check.attention: 11 of 11 properties hold" in out
-    assert main(["check", "masks", f"{solutions / 'masks.py'}:padding", f"{solutions / 'masks.py'}:causal"]) == 0
+    assert (
+        main(
+            [
+                "check",
+                "masks",
+                f"{solutions / 'masks.py'}:padding",
+                f"{solutions / 'masks.py'}:causal",
+            ]
+        )
+        == 0
+    )
 
 
 def test_cli_fails_a_buggy_file_and_names_the_property(solutions, capsys):
@@ -623,16 +673,20 @@ def test_cli_rejects_an_unknown_piece_in_one_line(solutions, capsys):
 
 
 def test_python_dash_m_annotated_check_exits_non_zero_on_a_bug(solutions):
-    def run(target):
-        return subprocess.run(
-            [sys.executable, "-m", "annotated", "check", "attention", target],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
-        )
-
-    good, buggy = run(f"{solutions / 'good.py'}:my_attention"), run(f"{solutions / 'buggy.py'}:my_attention")
-    assert good.returncode == 0, good.stdout + good.stderr
-    assert buggy.returncode == 1 and "FAIL  scaled_by_sqrt_dk" in buggy.stdout
+    buggy = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "annotated",
+            "check",
+            "attention",
+            f"{solutions / 'buggy.py'}:my_attention",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+    )
+    assert buggy.returncode == 1, buggy.stdout + buggy.stderr
+    assert "FAIL  scaled_by_sqrt_dk" in buggy.stdout
