@@ -12,6 +12,7 @@ __all__ = ['SRC_VOCAB', 'TGT_VOCAB', 'PAD', 'PIECES', 'affine_candidates', 'eps_
 # %% ../notebooks/18_check_model.ipynb #c002
 # Shapes: B batch, T target length, S source length, D d_model, F d_ff, V vocabulary.
 import argparse
+import copy
 import importlib.util
 import math
 from collections.abc import Callable
@@ -75,6 +76,7 @@ def like_reference(m: nn.Module, x: Tensor, what: str, atol: float) -> str:
 
 
 def ln_reference(m):
+    m = copy.deepcopy(m)  # the other properties see the freshly built module
     with torch.no_grad():  # random gain and bias, so that both must be applied
         for p in m.parameters():
             p.copy_(torch.randn(p.shape))

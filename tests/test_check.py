@@ -554,7 +554,7 @@ def test_a_report_is_a_table_of_named_results():
     text, page = str(report), report._repr_html_()
     assert text.splitlines()[0].startswith("check.attention:") and "FAIL" in text
     assert all(name in text and f"<code>{name}</code>" in page for name, _, _ in report.results)
-    assert page.startswith("<table>") and "scaled_by_sqrt_dk" in report.failed
+    assert page.startswith("<div") and "<table>" in page and "scaled_by_sqrt_dk" in report.failed
 
 
 def test_an_implementation_that_raises_is_reported_not_raised():
