@@ -3,11 +3,11 @@
 # %% auto #0
 __all__ = ['B', 'T', 'S', 'D', 'H', 'D_FF', 'layer_norm', 'positional_encoding', 'feed_forward', 'encoder_layer', 'decoder_layer',
            'model', 'add_check_command', 'main_cli', 'Result', 'Report', 'Failure', 'expect', 'expect_close',
-           'expect_changes', 'ensure_callable', 'run_properties', 'module_from', 'output_of', 'attention_inputs',
-           'weights_of', 'att_shape', 'att_reference', 'att_reference_masked', 'att_scale', 'att_rows_sum_to_one',
-           'att_masked_keys', 'att_fully_masked_row', 'att_batch', 'att_key_order', 'att_gradients',
-           'att_deterministic', 'attention', 'expect_mask', 'padding_tokens', 'check_padding', 'masks', 'tensor_of',
-           'deterministic', 'every_parameter_learns', 'with_common', 'sequences', 'causal', 'hide_last',
+           'expect_changes', 'ensure_callable', 'run_properties', 'run_one', 'module_from', 'output_of',
+           'attention_inputs', 'weights_of', 'att_shape', 'att_reference', 'att_reference_masked', 'att_scale',
+           'att_rows_sum_to_one', 'att_masked_keys', 'att_fully_masked_row', 'att_batch', 'att_key_order',
+           'att_gradients', 'att_deterministic', 'attention', 'expect_mask', 'padding_tokens', 'check_padding', 'masks',
+           'tensor_of', 'deterministic', 'every_parameter_learns', 'with_common', 'sequences', 'causal', 'hide_last',
            'reference_multi_head', 'mha_reference', 'mha_shape', 'mha_permutation', 'mha_key_order', 'mha_causality',
            'mha_padding', 'mha_fully_masked_row', 'multi_head']
 
@@ -102,23 +102,29 @@ def ensure_callable(name: str, value, what: str) -> None:
 
 def run_properties(piece: str, build: Callable, properties: dict[str, Callable]) -> Report:
     """Build the subject, then run each property on it, seeded, catching whatever the code raises."""
-    results = []
-    with torch.random.fork_rng(devices=[]), torch.enable_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the learner's deprecation warnings are not the report
-        torch.manual_seed(0)
-        try:
-            subject = build()
-        except Exception as err:
-            return Report(piece, [Result("builds", False, f"{type(err).__name__}: {err}")])
-        for name, prop in properties.items():
-            torch.manual_seed(0)  # each property sees the same inputs, whatever ran before it
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: one thread is fastest, even on a busy machine
+    try:
+        with torch.random.fork_rng(devices=[]), torch.enable_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the learner's deprecation warnings are not the report
+            torch.manual_seed(0)
             try:
-                results.append(Result(name, True, prop(subject) or "holds"))
-            except Failure as err:
-                results.append(Result(name, False, str(err)))
+                subject = build()
             except Exception as err:
-                results.append(Result(name, False, f"raised {type(err).__name__}: {err}"))
-    return Report(piece, results)
+                return Report(piece, [Result("builds", False, f"{type(err).__name__}: {err}")])
+            return Report(piece, [run_one(name, prop, subject) for name, prop in properties.items()])
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run_one(name: str, prop: Callable, subject) -> Result:
+    torch.manual_seed(0)  # each property sees the same inputs, whatever ran before it
+    try:
+        return Result(name, True, prop(subject) or "holds")
+    except Failure as err:
+        return Result(name, False, str(err))
+    except Exception as err:
+        return Result(name, False, f"raised {type(err).__name__}: {err}")
 
 
 def module_from(factory: Callable, *args) -> nn.Module:

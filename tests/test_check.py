@@ -690,3 +690,13 @@ def test_python_dash_m_annotated_check_exits_non_zero_on_a_bug(solutions):
     )
     assert buggy.returncode == 1, buggy.stdout + buggy.stderr
     assert "FAIL  scaled_by_sqrt_dk" in buggy.stdout
+
+
+def test_checking_restores_the_thread_count():
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        check.feed_forward(PositionwiseFeedForward)
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
