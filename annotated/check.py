@@ -4,12 +4,9 @@
 __all__ = ['B', 'T', 'S', 'D', 'H', 'D_FF', 'layer_norm', 'positional_encoding', 'feed_forward', 'encoder_layer', 'decoder_layer',
            'model', 'add_check_command', 'main_cli', 'Result', 'Report', 'Failure', 'expect', 'expect_close',
            'expect_changes', 'ensure_callable', 'run_properties', 'run_one', 'module_from', 'output_of',
-           'attention_inputs', 'weights_of', 'att_shape', 'att_reference', 'att_reference_masked', 'att_scale',
-           'att_rows_sum_to_one', 'att_masked_keys', 'att_fully_masked_row', 'att_batch', 'att_key_order',
-           'att_gradients', 'att_deterministic', 'attention', 'expect_mask', 'padding_tokens', 'check_padding', 'masks',
+           'attention_inputs', 'weights_of', 'attention', 'expect_mask', 'padding_tokens', 'check_padding', 'masks',
            'tensor_of', 'deterministic', 'every_parameter_learns', 'with_common', 'sequences', 'causal', 'hide_last',
-           'reference_multi_head', 'mha_reference', 'mha_shape', 'mha_permutation', 'mha_key_order', 'mha_causality',
-           'mha_padding', 'mha_fully_masked_row', 'multi_head']
+           'reference_multi_head', 'multi_head']
 
 # %% ../notebooks/17_check.ipynb #c002
 # Shapes: B batch, H heads, T query (target) length, S key (source) length, D d_model,
@@ -158,7 +155,7 @@ def weights_of(fn, q, k, mask) -> Tensor:
     return output_of(fn(q, k, torch.eye(S).expand(B, H, S, S), mask))  # (B, H, T, S)
 
 
-def att_shape(fn):
+def _att_shape(fn):
     q, k, v, mask = attention_inputs()
     result = fn(q, k, v, mask)
     out = output_of(result)
@@ -169,20 +166,20 @@ def att_shape(fn):
     return "output (B, H, T, Dv) for queries (B, H, T, Dk), keys (B, H, S, Dk), values (B, H, S, Dv)"
 
 
-def att_reference(fn):
+def _att_reference(fn):
     q, k, v, _ = attention_inputs()
     expect_close(output_of(fn(q, k, v)), F.scaled_dot_product_attention(q, k, v), "output")
     return "equals F.scaled_dot_product_attention without a mask"
 
 
-def att_reference_masked(fn):
+def _att_reference_masked(fn):
     q, k, v, mask = attention_inputs()
     want = F.scaled_dot_product_attention(q, k, v, mask)
     expect_close(output_of(fn(q, k, v, mask)), want, "masked output")
     return "equals F.scaled_dot_product_attention with a mask"
 
 
-def att_scale(fn):
+def _att_scale(fn):
     # one query, two keys: the scores are [4, 0]; divided by sqrt(d_k = 16) they are [1, 0]
     q, k = torch.zeros(1, 1, 1, 16), torch.zeros(1, 1, 2, 16)
     q[..., 0], k[..., 0, 0] = 4.0, 1.0
@@ -196,7 +193,7 @@ def att_scale(fn):
     return "scores are divided by sqrt(d_k)"
 
 # %% ../notebooks/17_check.ipynb #c015
-def att_rows_sum_to_one(fn):
+def _att_rows_sum_to_one(fn):
     q, k, _, mask = attention_inputs()
     w = weights_of(fn, q, k, mask)
     expect(bool((w >= -1e-6).all()), "some attention weights are negative")
@@ -209,7 +206,7 @@ def att_rows_sum_to_one(fn):
     return "each query's weights over the keys sum to 1"
 
 
-def att_masked_keys(fn):
+def _att_masked_keys(fn):
     q, k, _, mask = attention_inputs()
     w = weights_of(fn, q, k, mask)
     leak = w.masked_fill(mask, 0.0).abs().max().item()
@@ -217,7 +214,7 @@ def att_masked_keys(fn):
     return "keys hidden by the mask get weight 0"
 
 
-def att_fully_masked_row(fn):
+def _att_fully_masked_row(fn):
     q, k, v, mask = attention_inputs()
     mask[0, 0, 0] = False  # the first query of the first sentence sees no key at all
     out = output_of(fn(q, k, v, mask))
@@ -225,14 +222,14 @@ def att_fully_masked_row(fn):
     return "a query with every key hidden still gets a finite output"
 
 # %% ../notebooks/17_check.ipynb #c017
-def att_batch(fn):
+def _att_batch(fn):
     q, k, v, mask = attention_inputs()
     whole = output_of(fn(q, k, v, mask))
     expect_close(output_of(fn(q[1:], k[1:], v[1:], mask[1:])), whole[1:], "second sentence alone")
     return "a sentence's output does not depend on the other sentences of the batch"
 
 
-def att_key_order(fn):
+def _att_key_order(fn):
     q, k, v, mask = attention_inputs()
     p = torch.randperm(k.size(2))
     want = output_of(fn(q, k, v, mask))
@@ -240,7 +237,7 @@ def att_key_order(fn):
     return "reordering the keys (with their values) does not change the output"
 
 
-def att_gradients(fn):
+def _att_gradients(fn):
     q, k, v, mask = (t.requires_grad_() if t.is_floating_point() else t for t in attention_inputs())
     (output_of(fn(q, k, v, mask)) * torch.randn(2, 3, 5, 6)).sum().backward()
     for name, t in (("query", q), ("key", k), ("value", v)):
@@ -248,7 +245,7 @@ def att_gradients(fn):
     return "gradients reach the query, the key and the value"
 
 
-def att_deterministic(fn):
+def _att_deterministic(fn):
     q, k, v, mask = attention_inputs()
     expect(output_of(fn(q, k, v, mask)).equal(output_of(fn(q, k, v, mask))), "two calls differ")
     return "two calls on the same inputs agree exactly"
@@ -258,17 +255,17 @@ def attention(fn: Callable) -> Report:
     """Grade `fn(query, key, value, mask=None)` -> output (..., T, Dv) or (output, weights) (§3.2.1)."""
     ensure_callable("fn", fn, "your attention function")
     properties = {
-        "output_shape": att_shape,
-        "matches_reference": att_reference,
-        "matches_reference_masked": att_reference_masked,
-        "scaled_by_sqrt_dk": att_scale,
-        "rows_sum_to_one": att_rows_sum_to_one,
-        "masked_keys_get_no_weight": att_masked_keys,
-        "fully_masked_row_is_finite": att_fully_masked_row,
-        "batch_independence": att_batch,
-        "key_order_invariance": att_key_order,
-        "gradients_reach_inputs": att_gradients,
-        "deterministic": att_deterministic,
+        "output_shape": _att_shape,
+        "matches_reference": _att_reference,
+        "matches_reference_masked": _att_reference_masked,
+        "scaled_by_sqrt_dk": _att_scale,
+        "rows_sum_to_one": _att_rows_sum_to_one,
+        "masked_keys_get_no_weight": _att_masked_keys,
+        "fully_masked_row_is_finite": _att_fully_masked_row,
+        "batch_independence": _att_batch,
+        "key_order_invariance": _att_key_order,
+        "gradients_reach_inputs": _att_gradients,
+        "deterministic": _att_deterministic,
     }
     return run_properties("attention", lambda: fn, properties)
 
@@ -422,7 +419,7 @@ def reference_multi_head(linears: list[nn.Linear], query, key, value, mask=None)
     return W_o(out.transpose(1, 2).reshape(query.size(0), -1, D))  # (B, T, D)
 
 
-def mha_reference(m):
+def _mha_reference(m):
     linears = [x for x in m.modules() if isinstance(x, nn.Linear)]
     if len(linears) != 4 or any(x.weight.shape != (D, D) for x in linears):
         return "not applicable: the module does not keep W_q, W_k, W_v, W_o as four nn.Linear(D, D)"
@@ -436,28 +433,28 @@ def mha_reference(m):
     raise Failure("differs from the paper's formula computed with its own four nn.Linear layers")
 
 # %% ../notebooks/17_check.ipynb #c039
-def mha_shape(m):
+def _mha_shape(m):
     x, mem = sequences()
     tensor_of(m(x, x, x), (B, T, D))
     tensor_of(m(x, mem, mem), (B, T, D))
     return "(B, T, D) for self-attention and for attention over a memory of another length"
 
 
-def mha_permutation(m):
+def _mha_permutation(m):
     x, _ = sequences()
     p = torch.randperm(T)
     expect_close(m(x[:, p], x[:, p], x[:, p]), m(x, x, x)[:, p], "self-attention, positions reordered")
     return "reordering the positions reorders the output alike: heads do not mix positions"
 
 
-def mha_key_order(m):
+def _mha_key_order(m):
     x, mem = sequences()
     p = torch.randperm(S)
     expect_close(m(x, mem[:, p], mem[:, p]), m(x, mem, mem), "memory reordered")
     return "reordering the keys with their values does not change the output"
 
 
-def mha_causality(m):
+def _mha_causality(m):
     x, _ = sequences()
     x2 = torch.cat([x[:, :3], torch.randn(B, T - 3, D)], 1)  # positions 3.. replaced
     mask = causal(T)
@@ -465,7 +462,7 @@ def mha_causality(m):
     return "with a causal mask, later positions cannot change earlier outputs"
 
 
-def mha_padding(m):
+def _mha_padding(m):
     x, mem = sequences()
     mem2 = mem.clone()
     mem2[1, S - 3 :] = torch.randn(3, D)
@@ -474,7 +471,7 @@ def mha_padding(m):
     return "keys hidden by a padding mask cannot change the output"
 
 
-def mha_fully_masked_row(m):
+def _mha_fully_masked_row(m):
     x, mem = sequences()
     mask = torch.ones(B, 1, T, S, dtype=torch.bool)
     mask[0, 0, 0] = False  # the first query of the first sentence sees no key
@@ -494,13 +491,13 @@ def multi_head(factory: Callable) -> Report:
     properties = with_common(
         inputs,
         (B, T, D),
-        output_shape=mha_shape,
-        matches_reference=mha_reference,
-        permutation_equivariance=mha_permutation,
-        key_order_invariance=mha_key_order,
-        causality=mha_causality,
-        padding_invariance=mha_padding,
-        fully_masked_row_is_finite=mha_fully_masked_row,
+        output_shape=_mha_shape,
+        matches_reference=_mha_reference,
+        permutation_equivariance=_mha_permutation,
+        key_order_invariance=_mha_key_order,
+        causality=_mha_causality,
+        padding_invariance=_mha_padding,
+        fully_masked_row_is_finite=_mha_fully_masked_row,
     )
     return run_properties("multi_head", lambda: module_from(factory, D, H), properties)
 
