@@ -4,6 +4,7 @@ The modules are generated from the notebooks in `notebooks/` (edit those, then r
 this file, written by hand, re-exports the public API.
 """
 
+from annotated import check
 from annotated.attention import attention
 from annotated.copy_task import COPY_MODEL, average_weights, copy_batches, copy_model, exact_match
 from annotated.data import (
@@ -93,4 +94,6 @@ __all__ = [
     "tokenized_bleu",
     # figures
     "attention_chart",
+    # grading a learner's own pieces (notebook 17)
+    "check",
 ]

@@ -800,6 +800,8 @@ def build_parser() -> argparse.ArgumentParser:
         "text", nargs="*", help="sentences to translate (default: one per line on standard input)"
     )
     translate.set_defaults(func=cmd_translate)
+    from annotated.check import add_check_command  # grade a learner's own pieces (notebook 17)
+    add_check_command(sub)
     return parser
 
 
