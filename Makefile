@@ -22,10 +22,11 @@ test: $(STAMP) check-export lint test-unit test-notebooks book-check test-browse
 install: $(STAMP)
 
 # Torch is pinned in constraints.txt to the CPU build; a bare `pip install torch` would pull a CUDA build.
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt book/translator/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3"
+	npm ci --prefix book/translator --ignore-scripts --no-audit --no-fund  # the translator page
 	touch $(STAMP)
 
 export: $(STAMP)

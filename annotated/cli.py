@@ -800,6 +800,9 @@ def build_parser() -> argparse.ArgumentParser:
         "text", nargs="*", help="sentences to translate (default: one per line on standard input)"
     )
     translate.set_defaults(func=cmd_translate)
+    from annotated.onnx_export import add_command as add_export_onnx  # notebook 18
+
+    add_export_onnx(sub)
     return parser
 
 
