@@ -101,7 +101,9 @@ class DecoderStepExport(nn.Module):
         logits = self.model.generator(states[:, -1])  # (B, V)
         new_k = torch.stack([c["self"]["k"] for c in cache])  # (N, B, H, T + 1, Dk)
         new_v = torch.stack([c["self"]["v"] for c in cache])  # (N, B, H, T + 1, Dk)
-        weights = torch.stack([layer.cross_attn.weights[:, :, -1] for layer in layers])  # (N, B, H, S)
+        weights = torch.stack(
+            [layer.cross_attn.weights[:, :, -1] for layer in layers]
+        )  # (N, B, H, S)
         return logits, new_k, new_v, weights
 
 # %% ../notebooks/18_browser.ipynb #c012
@@ -121,7 +123,9 @@ class DecoderPrefixExport(nn.Module):
         mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None]  # (1, 1, T, T) causal (§3.2.3)
         states = self.model.decode(memory, None, ys, mask, cache)  # (B, T, D)
         logits = self.model.generator(states[:, -1])  # (B, V)
-        weights = torch.stack([layer.cross_attn.weights[:, :, -1] for layer in layers])  # (N, B, H, S)
+        weights = torch.stack(
+            [layer.cross_attn.weights[:, :, -1] for layer in layers]
+        )  # (N, B, H, S)
         return logits, weights
 
 # %% ../notebooks/18_browser.ipynb #c014
@@ -153,7 +157,9 @@ PREFIX_IO = {
 def export_graph(module: nn.Module, args: tuple, path: str | Path, io: dict) -> Path:
     """Trace `module` on `args` into an ONNX file whose named axes stay variable."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the tracer's notes on the shape checks it keeps as constants
+        warnings.simplefilter(
+            "ignore"
+        )  # the tracer's notes on the shape checks it keeps as constants
         torch.onnx.export(
             module.eval(),
             args,
@@ -182,7 +188,9 @@ def store_exact_float16(path: str | Path, min_size: int = 1024) -> int:
             continue  # float16 would round it: keep float32
         graph.initializer.remove(init)
         graph.initializer.append(numpy_helper.from_array(w.astype(np.float16), f"{init.name}_fp16"))
-        casts.append(helper.make_node("Cast", [f"{init.name}_fp16"], [init.name], to=TensorProto.FLOAT))
+        casts.append(
+            helper.make_node("Cast", [f"{init.name}_fp16"], [init.name], to=TensorProto.FLOAT)
+        )
     for cast in reversed(casts):
         graph.node.insert(0, cast)  # before every use: nodes stay in topological order
     onnx.checker.check_model(graph_model)
@@ -232,7 +240,9 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def export_translator(checkpoint: str | Path, tokenizer: str | Path | None, out: str | Path) -> dict:
+def export_translator(
+    checkpoint: str | Path, tokenizer: str | Path | None, out: str | Path
+) -> dict:
     """Write encoder.onnx, decoder_step.onnx, tokenizer.json and translator.json into `out`."""
     from annotated.cli import load_for_inference
 
@@ -283,7 +293,11 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     )
     export.add_argument("--checkpoint", required=True, help="checkpoint file written by 'train'")
     export.add_argument(
-        "--tokenizer", default=None, help="tokenizer file (default: tokenizer.json next to the checkpoint)"
+        "--tokenizer",
+        default=None,
+        help="tokenizer file (default: tokenizer.json next to the checkpoint)",
     )
-    export.add_argument("--out", required=True, help="directory for the ONNX files and the page's JSON")
+    export.add_argument(
+        "--out", required=True, help="directory for the ONNX files and the page's JSON"
+    )
     export.set_defaults(func=cmd_export_onnx)

@@ -177,8 +177,9 @@ def write_translator() -> None:
     else:
         if model.exists():
             shutil.rmtree(model)
-        command = [sys.executable, "-m", "annotated", "export-onnx", "--checkpoint", str(CHECKPOINT)]
-        subprocess.run([*command, "--out", str(model)], check=True, cwd=BOOK.parent)
+        command = [sys.executable, "-m", "annotated", "export-onnx"]
+        command += ["--checkpoint", str(CHECKPOINT), "--out", str(model)]
+        subprocess.run(command, check=True, cwd=BOOK.parent)
         stamp.write_text(digest)
     size = sum(p.stat().st_size for p in TRANSLATOR.rglob("*") if p.is_file())
     print(f"wrote {TRANSLATOR.relative_to(BOOK.parent)} ({size / 1e6:.1f} MB)")

@@ -74,7 +74,9 @@ def test_decoder_step_serves_a_beam_of_four(runner, python_model):
     model, tok = python_model
     src = encode(tok, SENTENCES[1])
     memory = {k: np.repeat(v, 4, axis=1) for k, v in runner.encode(src).items()}  # (N, 4, H, S, Dk)
-    ys = torch.tensor([[BOS_ID, 5, 9], [BOS_ID, 17, 9], [BOS_ID, 5, 40], [BOS_ID, 300, 2]])  # (4, 3)
+    ys = torch.tensor(
+        [[BOS_ID, 5, 9], [BOS_ID, 17, 9], [BOS_ID, 5, 40], [BOS_ID, 300, 2]]
+    )  # (4, 3)
     N, _, H, _, Dk = memory["cross_k"].shape
     cache = {name: np.zeros((N, 4, H, 0, Dk), np.float32) for name in ("self_k", "self_v")}
     for t in range(ys.size(1)):
