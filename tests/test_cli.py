@@ -48,7 +48,7 @@ def parsers():
 
 def test_every_subcommand_and_option_has_help():
     found = parsers()
-    assert set(found) == {"python -m annotated", "train", "evaluate", "translate"}
+    assert set(found) == {"python -m annotated", "train", "evaluate", "translate", "export-onnx"}
     for name, parser in found.items():
         text = parser.format_help()
         for action in parser._actions:
