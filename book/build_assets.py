@@ -11,6 +11,12 @@ The book must render equations and altair charts with no request leaving the sit
 * Also write `book/_config_noexec.yml` (generated, not committed): `_config.yml` with notebook
   execution off, for `jupyter-book build book --config book/_config_noexec.yml`, which renders the
   outputs stored in the notebooks (jupyter-book's --config replaces _config.yml, it does not merge).
+* The in-browser translator (book/translate.md): write `book/_extra/translator/` (generated, not
+  committed), which the site serves as `translator/`: the page's own script and style from
+  `book/translator/`, the few files it loads from the npm packages installed there (`npm ci` in
+  book/translator, from its committed lock file), and under `model/` the ONNX export of the
+  Multi30k model (`python -m annotated export-onnx`), re-run only when the checkpoint, the tokenizer
+  or the export code changed.
 * `--vendor-mathjax TARBALL`: rebuild `book/_extra/mathjax/` from `npm pack mathjax@3.2.2`,
   keeping only what `es5/tex-chtml.js` loads (itself, its woff-v2 fonts, the TeX extensions its
   autoload can fetch) and the LICENSE. Only needed when upgrading MathJax; the result is committed.
@@ -19,9 +25,11 @@ The book must render equations and altair charts with no request leaving the sit
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import shutil
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -34,6 +42,21 @@ VEGA_DEBUG = STATIC / "vega_debug.js"
 CONFIG = BOOK / "_config.yml"
 CONFIG_NOEXEC = BOOK / "_config_noexec.yml"
 MATHJAX = BOOK / "_extra" / "mathjax"
+TRANSLATOR_SRC = BOOK / "translator"  # package.json, lock file, the page's script and style
+TRANSLATOR = BOOK / "_extra" / "translator"  # generated: served as translator/
+CHECKPOINT = BOOK.parent / "results" / "multi30k" / "model_fp16.pt"
+TOKENIZER = CHECKPOINT.with_name("tokenizer.json")
+EXPORT_CODE = BOOK.parent / "annotated" / "onnx_export.py"
+# What the page loads from node_modules: onnxruntime-web's WebAssembly build (single-threaded use
+# needs only these three; MIT, its licence header is in the .mjs) and the tokenizer library's
+# browser module with its licence.
+TRANSLATOR_LIBS = {
+    "onnxruntime-web/dist/ort.wasm.min.mjs": "ort.wasm.min.mjs",
+    "onnxruntime-web/dist/ort-wasm-simd-threaded.mjs": "ort-wasm-simd-threaded.mjs",
+    "onnxruntime-web/dist/ort-wasm-simd-threaded.wasm": "ort-wasm-simd-threaded.wasm",
+    "@huggingface/tokenizers/dist/tokenizers.min.mjs": "tokenizers.min.mjs",
+    "@huggingface/tokenizers/LICENSE": "LICENSE.huggingface-tokenizers.txt",
+}
 
 # TeX extensions that tex-chtml's autoload may request (`newcommand` is already inside tex-chtml.js).
 MATHJAX_AUTOLOAD = (
@@ -131,6 +154,37 @@ def vendor_mathjax(tarball: Path) -> None:
     )
 
 
+def write_translator() -> None:
+    """Copy the translator's scripts and libraries into the site; re-export the model if it changed."""
+    modules = TRANSLATOR_SRC / "node_modules"
+    missing = [name for name in TRANSLATOR_LIBS if not (modules / name).is_file()]
+    if missing:
+        sys.exit(
+            f"{modules.relative_to(BOOK.parent)} lacks {missing}: run `npm ci` in "
+            f"{TRANSLATOR_SRC.relative_to(BOOK.parent)} (make install does)"
+        )
+    TRANSLATOR.mkdir(parents=True, exist_ok=True)
+    for name, target in TRANSLATOR_LIBS.items():
+        shutil.copyfile(modules / name, TRANSLATOR / target)
+    for own in ("translator.js", "translator.css"):
+        shutil.copyfile(TRANSLATOR_SRC / own, TRANSLATOR / own)
+    model, stamp = TRANSLATOR / "model", TRANSLATOR / "model" / "inputs.sha256"
+    digest = "".join(
+        hashlib.sha256(p.read_bytes()).hexdigest() for p in (CHECKPOINT, TOKENIZER, EXPORT_CODE)
+    )
+    if stamp.is_file() and stamp.read_text() == digest:
+        print(f"{model.relative_to(BOOK.parent)} is up to date with the checkpoint")
+    else:
+        if model.exists():
+            shutil.rmtree(model)
+        command = [sys.executable, "-m", "annotated", "export-onnx"]
+        command += ["--checkpoint", str(CHECKPOINT), "--out", str(model)]
+        subprocess.run(command, check=True, cwd=BOOK.parent)
+        stamp.write_text(digest)
+    size = sum(p.stat().st_size for p in TRANSLATOR.rglob("*") if p.is_file())
+    print(f"wrote {TRANSLATOR.relative_to(BOOK.parent)} ({size / 1e6:.1f} MB)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vendor-mathjax", type=Path, metavar="TARBALL", help="mathjax-3.x.tgz")
@@ -141,6 +195,7 @@ def main() -> None:
     check_vega_debug(expected)
     write_vega_bundle(expected)
     write_config_noexec()
+    write_translator()
 
 
 if __name__ == "__main__":

@@ -48,7 +48,14 @@ def parsers():
 
 def test_every_subcommand_and_option_has_help():
     found = parsers()
-    assert set(found) == {"python -m annotated", "train", "evaluate", "translate", "check"}
+    assert set(found) == {
+        "python -m annotated",
+        "train",
+        "evaluate",
+        "translate",
+        "check",
+        "export-onnx",
+    }
     for name, parser in found.items():
         text = parser.format_help()
         for action in parser._actions:

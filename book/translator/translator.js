@@ -1,0 +1,322 @@
+// The book's German -> English translator: the trained model of the translation chapter, run in
+// the reader's browser by onnxruntime-web (single-threaded WebAssembly) and tokenized by the
+// @huggingface/tokenizers library from the same tokenizer.json as Python. Nothing loads until the
+// reader asks for a translation. Greedy and beam search follow annotated/decoding.py step for step.
+
+const HERE = new URL("./", import.meta.url);
+const $ = (id) => document.getElementById(id);
+
+let loading = null; // the promise of the loaded model, made on the first click
+let busy = false;
+
+function load() {
+  loading ??= (async () => {
+    const ort = await import(new URL("ort.wasm.min.mjs", HERE).href);
+    ort.env.wasm.numThreads = 1; // no SharedArrayBuffer needed: works on any static host
+    ort.env.wasm.wasmPaths = HERE.href;
+    const { Tokenizer } = await import(new URL("tokenizers.min.mjs", HERE).href);
+    const json = async (name) => {
+      const response = await fetch(new URL(`model/${name}`, HERE));
+      if (!response.ok) throw new Error(`could not load ${name} (HTTP ${response.status})`);
+      return response.json();
+    };
+    const [config, tokenizerJson] = await Promise.all([json("translator.json"), json("tokenizer.json")]);
+    const options = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
+    const session = (name) => ort.InferenceSession.create(new URL(`model/${name}`, HERE).href, options);
+    const [encoder, step] = await Promise.all([session(config.files.encoder), session(config.files.decoder_step)]);
+    return { ort, config, tokenizer: new Tokenizer(tokenizerJson, {}), encoder, step };
+  })();
+  loading.catch(() => (loading = null)); // a failed load may be retried
+  return loading;
+}
+
+// Let the browser handle input between decoding steps. A message, unlike setTimeout(0), is not
+// clamped to 4 ms when it repeats.
+function nextFrame() {
+  return new Promise((resolve) => {
+    const channel = new MessageChannel();
+    channel.port1.onmessage = resolve;
+    channel.port2.postMessage(null);
+  });
+}
+
+// ---- the model's two ONNX graphs ------------------------------------------------------------
+
+function ids(ort, rows) {
+  // rows: equal-length arrays of token ids -> an int64 tensor (rows, length)
+  const flat = BigInt64Array.from(rows.flat(), (t) => BigInt(t));
+  return new ort.Tensor("int64", flat, [rows.length, rows[0].length]);
+}
+
+async function encode(m, src, beams) {
+  // Cross-attention keys and values of every decoder layer, copied for each beam: (N, K, H, S, Dk)
+  const out = await m.encoder.run({ src: ids(m.ort, [src]) });
+  return { cross_k: repeatBatch(m.ort, out.cross_k, beams), cross_v: repeatBatch(m.ort, out.cross_v, beams) };
+}
+
+function repeatBatch(ort, tensor, times) {
+  const [N, B, ...rest] = tensor.dims; // B = 1
+  const block = rest.reduce((a, b) => a * b, 1);
+  const data = new Float32Array(N * times * block);
+  for (let n = 0; n < N; n++) {
+    for (let k = 0; k < times; k++) data.set(tensor.data.subarray(n * block, (n + 1) * block), (n * times + k) * block);
+  }
+  return new ort.Tensor("float32", data, [N, B * times, ...rest]);
+}
+
+function emptyCache(m, beams) {
+  const { n_layers: N, n_heads: H, d_model: D } = m.config;
+  const empty = () => new m.ort.Tensor("float32", new Float32Array(0), [N, beams, H, 0, D / H]);
+  return { self_k: empty(), self_v: empty() };
+}
+
+async function step(m, memory, cache, tokens) {
+  // One decoder step for every beam: logits (K, V), the grown cache, cross-attention (N, K, H, S)
+  const out = await m.step.run({ token: ids(m.ort, tokens.map((t) => [t])), ...memory, ...cache });
+  return { logits: out.logits, cache: { self_k: out.new_self_k, self_v: out.new_self_v }, weights: out.cross_weights };
+}
+
+function reorderCache(m, cache, rows) {
+  // Keep the cached keys and values of beams `rows`, in that order (decoding.reorder_cache)
+  const pick = (tensor) => {
+    const [N, K, ...rest] = tensor.dims;
+    const block = rest.reduce((a, b) => a * b, 1);
+    const data = new Float32Array(tensor.data.length);
+    for (let n = 0; n < N; n++) {
+      rows.forEach((r, k) => data.set(tensor.data.subarray((n * K + r) * block, (n * K + r + 1) * block), (n * K + k) * block));
+    }
+    return new m.ort.Tensor("float32", data, tensor.dims);
+  };
+  return { self_k: pick(cache.self_k), self_v: pick(cache.self_v) };
+}
+
+// ---- decoding (annotated/decoding.py) -----------------------------------------------------
+
+function argmaxNoPad(row, pad) {
+  let best = -1;
+  for (let v = 0; v < row.length; v++) {
+    if (v !== pad && (best < 0 || row[v] > row[best])) best = v; // first maximum, like torch.argmax
+  }
+  return best;
+}
+
+async function greedy(m, src, limit) {
+  // The most probable token at every step until EOS or `limit` tokens; keeps each step's attention
+  const { bos_id: BOS, eos_id: EOS, pad_id: PAD } = m.config.special_ids;
+  const memory = await encode(m, src, 1);
+  let cache = emptyCache(m, 1);
+  const tokens = [], attention = [];
+  let last = BOS;
+  for (let n = 0; n < limit; n++) {
+    const out = await step(m, memory, cache, [last]);
+    last = argmaxNoPad(out.logits.data, PAD);
+    tokens.push(last);
+    attention.push(out.weights.data.slice());
+    cache = out.cache;
+    if (last === EOS) break;
+    await nextFrame();
+  }
+  return { tokens, attention };
+}
+
+const lengthPenalty = (n, alpha) => ((5 + n) / 6) ** alpha; // §6.1, Wu et al.
+
+function logSoftmax(row) {
+  let max = -Infinity;
+  for (const x of row) max = Math.max(max, x);
+  let sum = 0;
+  for (const x of row) sum += Math.exp(x - max);
+  const log = max + Math.log(sum);
+  return Float64Array.from(row, (x) => x - log);
+}
+
+function topIndices(values, count) {
+  // Indices of the `count` largest values, largest first
+  const order = [];
+  for (let i = 0; i < values.length; i++) {
+    if (order.length < count || values[i] > values[order[order.length - 1]]) {
+      let j = order.length < count ? order.length : order.length - 1;
+      order[j] = i;
+      while (j > 0 && values[order[j]] > values[order[j - 1]]) {
+        [order[j], order[j - 1]] = [order[j - 1], order[j]];
+        j--;
+      }
+    }
+  }
+  return order;
+}
+
+async function beamSearch(m, src, limit, K, alpha) {
+  // Keep the K best prefixes; return the best finished one (decoding.beam_search for one sentence)
+  const { bos_id: BOS, eos_id: EOS, pad_id: PAD } = m.config.special_ids;
+  const V = m.config.vocab_size;
+  const memory = await encode(m, src, K);
+  let cache = emptyCache(m, K);
+  let beams = Array.from({ length: K }, () => [BOS]);
+  let logP = Array.from({ length: K }, (_, k) => (k === 0 ? 0 : -Infinity)); // K copies of one prefix
+  let best = { score: -Infinity, tokens: null };
+  for (let n = 1; n <= limit; n++) {
+    const out = await step(m, memory, cache, beams.map((b) => b[b.length - 1]));
+    const cand = new Float64Array(K * V);
+    for (let k = 0; k < K; k++) {
+      const logProbs = logSoftmax(out.logits.data.subarray(k * V, (k + 1) * V));
+      logProbs[PAD] = -Infinity;
+      for (let v = 0; v < V; v++) cand[k * V + v] = logP[k] + logProbs[v];
+    }
+    const top = topIndices(cand, 2 * K).map((i) => ({ lp: cand[i], row: Math.floor(i / V), token: i % V }));
+    const ends = (c) => c.token === EOS || n >= limit;
+    top.slice(0, K).forEach((c) => {
+      const score = c.lp / lengthPenalty(n, alpha);
+      if (ends(c) && score > best.score) best = { score, tokens: [...beams[c.row], c.token] };
+    });
+    const live = top.map((c) => (c.token === EOS ? -Infinity : c.lp));
+    const keep = topIndices(live, K);
+    beams = keep.map((j) => [...beams[top[j].row], top[j].token]);
+    logP = keep.map((j) => live[j]);
+    cache = reorderCache(m, out.cache, keep.map((j) => top[j].row));
+    if (best.score >= logP[0] / lengthPenalty(n, alpha) || n >= limit) break;
+    await nextFrame();
+  }
+  const tokens = best.tokens.slice(1);
+  return { tokens, attention: await attentionOf(m, src, tokens) };
+}
+
+async function attentionOf(m, src, tokens) {
+  // Feed the chosen output back one token at a time to read its cross-attention
+  const memory = await encode(m, src, 1);
+  let cache = emptyCache(m, 1);
+  const attention = [];
+  let last = m.config.special_ids.bos_id;
+  for (const token of tokens) {
+    const out = await step(m, memory, cache, [last]);
+    attention.push(out.weights.data.slice());
+    cache = out.cache;
+    last = token;
+  }
+  return attention;
+}
+
+// ---- the page ---------------------------------------------------------------------------------
+
+function report(state, text) {
+  const output = $("translator-output");
+  output.textContent = text;
+  output.dataset.state = state;
+}
+
+async function translate() {
+  if (busy) return;
+  busy = true;
+  const button = $("translator-run"), status = $("translator-status");
+  button.disabled = true;
+  status.textContent = "";
+  try {
+    const text = $("translator-input").value;
+    if (!text.trim()) {
+      report("error", "Type a German sentence first.");
+      return;
+    }
+    report("running", "");
+    const started = performance.now();
+    if (!loading) status.textContent = "Loading the model (about 30 MB, once)…";
+    const m = await load();
+    const loaded = performance.now();
+    const encoding = m.tokenizer.encode(text, { add_special_tokens: false });
+    const src = encoding.ids;
+    const max = m.config.max_source_tokens;
+    if (src.length === 0) {
+      report("error", "Nothing to translate: the input holds no characters the model knows.");
+      return;
+    }
+    if (src.length > max) {
+      report(
+        "error",
+        `That is ${src.length} subwords; the model was trained on single sentences and reads at most ${max}. ` +
+          "Translate a sentence or two at a time."
+      );
+      return;
+    }
+    const beam = document.querySelector('input[name="translator-search"]:checked').value === "beam";
+    status.textContent = beam ? "Translating (beam search, 4 beams)…" : "Translating (greedy)…";
+    const limit = src.length + m.config.extra_target_tokens;
+    const result = beam
+      ? await beamSearch(m, src, limit, m.config.beam_size, m.config.alpha)
+      : await greedy(m, src, limit);
+    const { eos_id: EOS } = m.config.special_ids;
+    const output = result.tokens.filter((t) => t !== EOS);
+    const english = m.tokenizer.decode(output, { skip_special_tokens: true });
+    const unknown = src.filter((t) => t === m.config.special_ids.unk_id).length;
+    const took = performance.now() - loaded;
+    status.textContent =
+      (started !== loaded && loaded - started > 50 ? `Model loaded in ${((loaded - started) / 1000).toFixed(1)} s. ` : "") +
+      `Translated in ${took.toFixed(0)} ms.` +
+      (unknown * 2 > src.length ? " Most of the input is outside the model's vocabulary (German image captions)." : "");
+    report("done", english);
+    $("translator-output").dataset.ms = took.toFixed(1);
+    showAttention(m, encoding.tokens, result.tokens.map((t) => m.tokenizer.id_to_token(t)), result.attention);
+  } catch (error) {
+    report("error", `The translator failed: ${error.message}`);
+    status.textContent = "";
+    console.warn(error);
+  } finally {
+    busy = false;
+    button.disabled = false;
+  }
+}
+
+// ---- the cross-attention map ------------------------------------------------------------------
+
+let shown = null; // what the map draws: { sources, targets, attention, N, H, S }
+
+function showAttention(m, sources, targets, attention) {
+  const { n_layers: N, n_heads: H } = m.config;
+  shown = { sources, targets, attention, N, H, S: sources.length };
+  const layer = $("translator-layer"), head = $("translator-head");
+  if (layer.options.length !== N) {
+    layer.replaceChildren(...Array.from({ length: N }, (_, i) => new Option(`layer ${i + 1}`, i)));
+    layer.value = N - 1;
+    head.replaceChildren(new Option("mean of the heads", -1), ...Array.from({ length: H }, (_, h) => new Option(`head ${h + 1}`, h)));
+  }
+  $("translator-map").hidden = false;
+  drawAttention();
+}
+
+function weightsOf(row, layer, head, H, S) {
+  // row: one target token's cross-attention, (N, 1, H, S) flattened -> (S,) for one head or the mean
+  const heads = head < 0 ? [...Array(H).keys()] : [head];
+  return Array.from({ length: S }, (_, s) => heads.reduce((sum, h) => sum + row[(layer * H + h) * S + s], 0) / heads.length);
+}
+
+function drawAttention() {
+  if (!shown) return;
+  const { sources, targets, attention, H, S } = shown;
+  const layer = Number($("translator-layer").value), head = Number($("translator-head").value);
+  const cell = 22, left = 90, top = 90;
+  const svgNS = "http://www.w3.org/2000/svg";
+  const el = (name, attrs, text) => {
+    const node = document.createElementNS(svgNS, name);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  };
+  const svg = el("svg", { width: left + cell * S + 10, height: top + cell * targets.length + 10, role: "img" });
+  svg.append(el("title", {}, "Cross-attention: each row is an English subword, each column a German subword"));
+  sources.forEach((token, s) => {
+    const x = left + s * cell + cell / 2;
+    svg.append(el("text", { x, y: top - 6, transform: `rotate(-60 ${x} ${top - 6})`, class: "translator-label" }, token));
+  });
+  targets.forEach((token, t) => {
+    svg.append(el("text", { x: left - 6, y: top + t * cell + cell * 0.7, "text-anchor": "end", class: "translator-label" }, token));
+    weightsOf(attention[t], layer, head, H, S).forEach((w, s) => {
+      const rect = el("rect", { x: left + s * cell, y: top + t * cell, width: cell - 1, height: cell - 1, fill: `rgba(31, 119, 180, ${w.toFixed(3)})` });
+      rect.append(el("title", {}, `${token} → ${sources[s]}: ${w.toFixed(3)}`));
+      svg.append(rect);
+    });
+  });
+  $("translator-svg").replaceChildren(svg);
+}
+
+$("translator-run").addEventListener("click", translate);
+$("translator-layer").addEventListener("change", drawAttention);
+$("translator-head").addEventListener("change", drawAttention);
+$("translator-run").disabled = false; // the script is here: the button works
