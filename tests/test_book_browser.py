@@ -504,11 +504,6 @@ def test_phone(phone: PageLog, book_server, docname: str) -> None:
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="notebook figures get captions from cell metadata (mystnb.figure.caption), which the "
-    "notebooks do not have yet; strict: once they all do, this passes and the marker must go",
-)
 def test_notebook_figures_have_captions() -> None:
     """Every figure a notebook draws sits in a captioned figure (read from the built HTML)."""
     from lxml import html
