@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_book_browser import CHROMIUM, HTML, LOCAL_HOST, ROOT, PageLog, _QuietHandler
+from test_book_browser import CHROMIUM, HTML, LOCAL_HOST, ROOT, PageLog
 
 from annotated.cli import load_for_inference, translate_ids
 from annotated.data import MULTI30K_ENV, decode, encode, load_multi30k
@@ -34,6 +34,11 @@ SENTENCES = int(os.environ.get("TRANSLATOR_SENTENCES", "20"))
 FINISHED = (
     "s => ['done', 'error'].includes(document.getElementById('translator-output').dataset.state)"
 )
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
 
 
 @pytest.fixture(scope="module")
