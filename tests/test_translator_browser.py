@@ -9,24 +9,26 @@ server, any failed local request and any console error fails the test. The book 
 
 from __future__ import annotations
 
-import functools
-import http.server
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import test_book_browser
 import torch
-from test_book_browser import CHROMIUM, HTML, LOCAL_HOST, ROOT, PageLog
+from test_book_browser import HTML, LOCAL_HOST, ROOT, PageLog
 
 from annotated.cli import load_for_inference, translate_ids
 from annotated.data import MULTI30K_ENV, decode, encode, load_multi30k
 
 pytestmark = pytest.mark.browser
+
+# The book test's fixtures, shared: its server on 127.0.0.1 and its offline-minded Chromium.
+book_server = test_book_browser.book_server
+browser_type_launch_args = test_book_browser.browser_type_launch_args
 
 CHECKPOINT = ROOT / "results" / "multi30k" / "model_fp16.pt"
 SHARED_COPY = ROOT.parent / "shared" / "data" / "multi30k"
@@ -36,36 +38,12 @@ FINISHED = (
 )
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
-
-
 @pytest.fixture(scope="module")
-def site_url() -> Iterator[str]:
-    """Serve book/_build/html on 127.0.0.1 (a free port)."""
+def site_url(book_server) -> str:
+    """The book's server (shared with the book's browser test), once the page is built."""
     if not (HTML / "translate.html").exists():
         pytest.fail(f"{HTML.relative_to(ROOT)}/translate.html is missing: build the book first")
-    handler = functools.partial(_QuietHandler, directory=str(HTML))
-    server = http.server.ThreadingHTTPServer((LOCAL_HOST, 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://{LOCAL_HOST}:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args: dict) -> dict:
-    """Debian's Chromium; every host but 127.0.0.1 fails to resolve (the log still sees the try)."""
-    if not CHROMIUM.exists():
-        reason = f"{CHROMIUM} is missing (apt-get install chromium)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason}; CI is set, so the browser test may not be skipped")
-        pytest.skip(reason)
-    args = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
-    args += ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
-    args.append(f"--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE {LOCAL_HOST}")
-    return {**browser_type_launch_args, "executable_path": str(CHROMIUM), "args": args}
+    return book_server[0]
 
 
 @pytest.fixture(scope="module")
