@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 NOTEBOOK_KEYS = {"kernelspec", "language_info"}
-CELL_KEYS = {"tags", "mystnb"}  # nbval and book tags; figure captions for the book
+CELL_KEYS = {"tags", "mystnb", "jupyter"}  # nbval and book tags; figure captions; collapsed solutions
 
 
 def clean(nb: dict) -> dict:
