@@ -404,6 +404,13 @@ OVERFLOWING = """selector => {
   return bad;
 }"""
 
+# Display equations that do not fit their column and scroll inside their own box: a long equation is
+# broken into aligned lines instead (the reader should never scroll an equation sideways).
+WIDE_EQUATIONS = """() => [...document.querySelectorAll('mjx-container[display="true"]')]
+  .filter(c => c.scrollWidth > c.clientWidth + 1)
+  .map(c => `${c.scrollWidth - c.clientWidth} px too wide: `
+            + (c.querySelector('mjx-assistive-mml') || c).textContent.slice(0, 60))"""
+
 IMAGE_PROBLEMS = """() => [...document.querySelectorAll('main article img')]
   .map(img => ({src: img.getAttribute('src'), alt: (img.getAttribute('alt') || '').trim()}))
   .filter(i => !i.alt || /\\.(png|jpe?g|svg|gif)$/i.test(i.alt) || /^\\S*\\/\\S*$/.test(i.alt))
@@ -438,6 +445,8 @@ def test_desktop(desktop: PageLog, book_url: str, docname: str) -> None:
 
     overflowing = page.evaluate(OVERFLOWING, "main article, .bd-article")
     assert not overflowing, f"{docname}: wider than the content column at 1366 px: {overflowing}"
+    wide = page.evaluate(WIDE_EQUATIONS)
+    assert not wide, f"{docname}: equations wider than the column at 1366 px: {wide}"
     boxes = page.evaluate(VISIBLE_SEARCH_BOXES)
     assert len(boxes) == 1, f"{docname}: {len(boxes)} visible search boxes at 1366 px: {boxes}"
     bad_alt = page.evaluate(IMAGE_PROBLEMS)
@@ -474,6 +483,8 @@ def test_phone(phone: PageLog, book_server, docname: str) -> None:
             f"{docname}: the page scrolls sideways at 390 px ({scroll_width} px wide); "
             f"widest elements: {culprits}"
         )
+    wide = page.evaluate(WIDE_EQUATIONS)
+    assert not wide, f"{docname}: equations wider than the column at 390 px: {wide}"
     boxes = page.evaluate(VISIBLE_SEARCH_BOXES)
     assert len(boxes) == 1, f"{docname}: {len(boxes)} visible search boxes at 390 px: {boxes}"
 
@@ -536,8 +547,14 @@ def test_site_features(desktop: PageLog, book_url: str) -> None:
     assert sum(channels) < 3 * 80, f"dark mode left the page background at {background}"
     page.evaluate("document.documentElement.dataset.theme = 'light'")
 
-    page.goto(f"{book_url}/search.html?q=attention", wait_until="load")
+    # "softmax" sits next to TeX on many pages: the snippets must read as text, not TeX source.
+    page.goto(f"{book_url}/search.html?q=softmax", wait_until="load")
     page.wait_for_function(
-        "() => document.querySelectorAll('#search-results li').length > 0", timeout=10_000
+        "() => document.querySelectorAll('#search-results li p.context').length > 3", timeout=10_000
     )
+    snippets = page.evaluate(
+        "() => [...document.querySelectorAll('#search-results p.context')].map(p => p.textContent)"
+    )
+    tex = [s for s in snippets if re.search(r"\\[a-zA-Z]+|\\[()\[\]]|\$\$", s)]
+    assert not tex, f"search snippets show TeX source: {tex[:2]}"
     desktop.assert_clean("search.html")

@@ -16,7 +16,11 @@ import sys
 from pathlib import Path
 
 NOTEBOOK_KEYS = {"kernelspec", "language_info"}
-CELL_KEYS = {"tags", "mystnb", "jupyter"}  # nbval and book tags; figure captions; collapsed solutions
+CELL_KEYS = {
+    "tags",
+    "mystnb",
+    "jupyter",
+}  # nbval and book tags; figure captions; collapsed solutions
 
 
 def clean(nb: dict) -> dict:

@@ -188,6 +188,8 @@ def prune_assets(app, pagename, templatename, context, doctree) -> None:
             return has_math
         if "vega_" in name:
             return has_chart
+        if "search_snippets" in name:
+            return pagename == "search"
         return True
 
     scripts = context.get("script_files")
