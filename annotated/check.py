@@ -2,11 +2,12 @@
 
 # %% auto #0
 __all__ = ['B', 'T', 'S', 'D', 'H', 'D_FF', 'layer_norm', 'positional_encoding', 'feed_forward', 'encoder_layer', 'decoder_layer',
-           'model', 'add_check_command', 'main_cli', 'Result', 'Report', 'Failure', 'expect', 'expect_close',
-           'expect_changes', 'ensure_callable', 'run_properties', 'run_one', 'module_from', 'output_of',
-           'attention_inputs', 'weights_of', 'attention', 'expect_mask', 'padding_tokens', 'check_padding', 'masks',
-           'tensor_of', 'deterministic', 'every_parameter_learns', 'with_common', 'sequences', 'causal', 'hide_last',
-           'reference_multi_head', 'multi_head']
+           'model', 'add_check_command', 'main_cli', 'embeddings', 'label_smoothing', 'learning_rate', 'greedy_decode',
+           'Result', 'Report', 'Failure', 'expect', 'expect_close', 'expect_changes', 'ensure_callable',
+           'run_properties', 'run_one', 'module_from', 'output_of', 'attention_inputs', 'weights_of', 'attention',
+           'expect_mask', 'padding_tokens', 'check_padding', 'masks', 'tensor_of', 'deterministic',
+           'every_parameter_learns', 'with_common', 'sequences', 'causal', 'hide_last', 'reference_multi_head',
+           'multi_head']
 
 # %% ../notebooks/17_check.ipynb #c002
 # Shapes: B batch, H heads, T query (target) length, S key (source) length, D d_model,
@@ -502,8 +503,11 @@ def multi_head(factory: Callable) -> Report:
     return run_properties("multi_head", lambda: module_from(factory, D, H), properties)
 
 # %% ../notebooks/17_check.ipynb #c046
-from . import check_model as rest  # noqa: E402  (it builds on the helpers above)
+from . import check_model as rest  # noqa: E402  (they build on the helpers above)
+from . import check_training as more  # noqa: E402
 
 layer_norm, positional_encoding, feed_forward = rest.layer_norm, rest.positional_encoding, rest.feed_forward
 encoder_layer, decoder_layer, model = rest.encoder_layer, rest.decoder_layer, rest.model
 add_check_command, main_cli = rest.add_check_command, rest.main_cli
+embeddings, label_smoothing = more.embeddings, more.label_smoothing
+learning_rate, greedy_decode = more.learning_rate, more.greedy_decode

@@ -357,6 +357,8 @@ def model(factory: Callable) -> Report:
     return run_properties("model", lambda: module_from(factory, SRC_VOCAB, TGT_VOCAB), properties)
 
 # %% ../notebooks/18_check_model.ipynb #c035
+from . import check_training  # noqa: E402  (its checks join the table)
+
 PIECES = {
     "attention": attention,
     "masks": masks,
@@ -367,6 +369,10 @@ PIECES = {
     "encoder_layer": encoder_layer,
     "decoder_layer": decoder_layer,
     "model": model,
+    "embeddings": check_training.embeddings,
+    "label_smoothing": check_training.label_smoothing,
+    "learning_rate": check_training.learning_rate,
+    "greedy_decode": check_training.greedy_decode,
 }
 
 

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,9 @@ from torch import nn
 import annotated
 from annotated import (
     DecoderLayer,
+    Embeddings,
     EncoderLayer,
+    LabelSmoothingLoss,
     LayerNorm,
     MultiHeadAttention,
     PositionwiseFeedForward,
@@ -24,7 +27,9 @@ from annotated import (
     TransformerConfig,
     causal_mask,
     check,
+    greedy_decode,
     make_model,
+    noam_lr,
     padding_mask,
     sinusoidal_encoding,
 )
@@ -437,6 +442,175 @@ def test_wrong_layers_and_models_are_caught(piece, factory, caught_by):
     assert caught_by in report.failed, str(report)
 
 
+# ---- Wrong embeddings, label smoothing, learning rates, greedy decoders ---------------------------
+
+
+class EmbeddingsUnscaled(Embeddings):
+    def forward(self, tokens):
+        return self.lut(tokens)  # the sqrt(d_model) of §3.4 forgotten
+
+
+class EmbeddingsScaledByDModel(Embeddings):
+    def forward(self, tokens):
+        return self.lut(tokens) * self.d_model
+
+
+class EmbeddingsWithPositions(Embeddings):
+    """Positions added inside the look-up: the encoding of §3.5 belongs after it."""
+
+    def forward(self, tokens):
+        return super().forward(tokens) + sinusoidal_encoding(tokens.size(1), self.d_model)
+
+
+class EmbeddingsWithDropout(Embeddings):
+    def forward(self, tokens):
+        return F.dropout(super().forward(tokens), 0.1)  # training=True whatever the mode
+
+
+def smoothing_over_all_classes(vocab_size, pad_id, smoothing):
+    """PyTorch's label_smoothing: eps spread over all V classes, the label and padding included."""
+
+    def loss(logits, target):
+        return F.cross_entropy(
+            logits.reshape(-1, vocab_size),
+            target.reshape(-1),
+            ignore_index=pad_id,
+            label_smoothing=smoothing,
+            reduction="sum",
+        )
+
+    return loss
+
+
+class SmoothingPadScored(LabelSmoothingLoss):
+    """The pad column is zeroed, but positions whose label is pad are still scored."""
+
+    def forward(self, logits, target):
+        q = self.target_distribution(target.clamp(min=0)).view(*target.shape, -1)
+        q = torch.where(
+            (target == self.pad_id)[..., None], self.smoothing / (self.vocab_size - 1), q
+        )
+        return -(q * logits.log_softmax(-1)).sum()
+
+
+class SmoothingMean(LabelSmoothingLoss):
+    def forward(self, logits, target):
+        return super().forward(logits, target) / (target != self.pad_id).sum()
+
+
+class SmoothingLogOfSoftmax(LabelSmoothingLoss):
+    def forward(self, logits, target):
+        q = self.target_distribution(target).view(*target.shape, -1)
+        return -(q * logits.softmax(-1).log()).sum()  # log(0) = -inf where softmax underflows
+
+
+def lr_counted_from_zero(step, d_model, warmup):  # the first update gets the rate of step 2
+    step += 1
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def lr_max_not_min(step, d_model, warmup):
+    return d_model**-0.5 * max(step**-0.5, step * warmup**-1.5)
+
+
+def lr_step_zero_clamped(step, d_model, warmup):  # step 0 silently gets step 1's rate
+    step = max(step, 1)
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def lr_warmup_exponent(step, d_model, warmup):  # warmup^-0.5 where Eq. 3 has warmup^-1.5
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-0.5)
+
+
+def greedy(
+    model,
+    src,
+    src_mask,
+    max_len,
+    bos_id,
+    eos_id,
+    pad_id,
+    start=None,
+    position=-1,
+    feed_back=True,
+    extra_steps=0,
+    mask_pad=True,
+    pad_after_eos=True,
+):
+    """Greedy decoding with a switch for each classic mistake."""
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id if start is None else start)
+    done = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len + extra_steps):
+        prefix = ys if feed_back else ys[:, :1]
+        out = model.decode(memory, src_mask, prefix, causal_mask(prefix.size(1)))
+        logits = model.generator(out[:, position])
+        if mask_pad:
+            logits[:, pad_id] = float("-inf")
+        token = logits.argmax(-1)
+        if pad_after_eos:
+            token = token.masked_fill(done, pad_id)
+        ys = torch.cat([ys, token[:, None]], 1)
+        done |= token == eos_id
+        if done.all():
+            break
+    return ys
+
+
+WRONG_TRAINING_PIECES = [
+    ("embeddings", EmbeddingsUnscaled, "scaled_by_sqrt_d_model"),
+    ("embeddings", EmbeddingsScaledByDModel, "scaled_by_sqrt_d_model"),
+    ("embeddings", EmbeddingsWithPositions, "same_token_same_vector"),
+    ("embeddings", EmbeddingsWithDropout, "deterministic_in_eval"),
+    ("label_smoothing", smoothing_over_all_classes, "matches_reference"),
+    ("label_smoothing", smoothing_over_all_classes, "minimum_at_smoothed_target"),
+    ("label_smoothing", SmoothingPadScored, "pad_targets_contribute_nothing"),
+    ("label_smoothing", SmoothingMean, "sums_over_tokens"),
+    ("label_smoothing", SmoothingLogOfSoftmax, "finite_with_large_logits"),
+    ("learning_rate", lr_counted_from_zero, "peak_at_warmup"),
+    ("learning_rate", lr_max_not_min, "matches_closed_form"),
+    ("learning_rate", lr_step_zero_clamped, "step_zero_is_refused"),
+    ("learning_rate", lr_warmup_exponent, "linear_warmup"),
+    ("greedy_decode", partial(greedy, start=0), "starts_with_bos"),
+    ("greedy_decode", partial(greedy, position=0), "each_token_is_argmax_of_prefix"),
+    ("greedy_decode", partial(greedy, feed_back=False), "each_token_is_argmax_of_prefix"),
+    ("greedy_decode", partial(greedy, extra_steps=1), "stops_at_max_len"),
+    ("greedy_decode", partial(greedy, mask_pad=False), "pad_is_never_a_token"),
+    ("greedy_decode", partial(greedy, pad_after_eos=False), "stops_after_eos"),
+]
+
+
+@pytest.mark.parametrize(
+    "piece, wrong, caught_by",
+    WRONG_TRAINING_PIECES,
+    ids=[
+        "embeddings_unscaled",
+        "embeddings_scaled_by_d_model",
+        "positions_inside_the_embedding",
+        "embedding_dropout_always_on",
+        "smoothing_over_all_classes-reference",
+        "smoothing_over_all_classes-minimum",
+        "pad_targets_scored",
+        "smoothed_loss_averaged",
+        "log_of_softmax",
+        "steps_counted_from_zero",
+        "max_not_min",
+        "step_zero_clamped",
+        "warmup_exponent",
+        "decoding_from_pad",
+        "logits_of_first_position",
+        "choices_not_fed_back",
+        "one_step_too_many",
+        "pad_not_excluded",
+        "writes_after_eos",
+    ],
+)
+def test_wrong_training_pieces_are_caught(piece, wrong, caught_by):
+    report = getattr(check, piece)(wrong)
+    assert not report
+    assert caught_by in report.failed, str(report)
+
+
 # ---- Correct implementations pass every check ----------------------------------------------------
 
 
@@ -503,6 +677,32 @@ class TorchTransformer(nn.Module):
         return self.generator(out)
 
 
+class TorchEmbeddings(nn.Module):
+    """A bare nn.Embedding table, scaled in forward."""
+
+    def __init__(self, vocab, d_model):
+        super().__init__()
+        self.table, self.scale = nn.Embedding(vocab, d_model), math.sqrt(d_model)
+
+    def forward(self, tokens):
+        return self.table(tokens) * self.scale
+
+
+def ExplicitSmoothing(vocab_size, pad_id, smoothing):  # noqa: N802  (a factory named like a class)
+    """The smoothed target q built in full, then -sum q log p: the definition of chapter 12."""
+    reference = LabelSmoothingLoss(vocab_size, pad_id, smoothing)
+
+    def loss(logits, target):
+        q = reference.target_distribution(target, logits.dtype).view(*target.shape, vocab_size)
+        return -(q * logits.log_softmax(-1)).sum()
+
+    return loss
+
+
+def greedy_without_cache(model, src, src_mask, max_len, bos_id, eos_id, pad_id):
+    return greedy_decode(model, src, src_mask, max_len, bos_id, eos_id, pad_id, use_cache=False)
+
+
 CORRECT = [
     ("attention", (annotated.attention,)),
     ("attention", (F.scaled_dot_product_attention,)),
@@ -523,6 +723,14 @@ CORRECT = [
     ("decoder_layer", (TorchDecoderLayer,)),
     ("model", (lambda s, t: make_model(s, t, **SMALL),)),
     ("model", (TorchTransformer,)),
+    ("embeddings", (Embeddings,)),
+    ("embeddings", (TorchEmbeddings,)),
+    ("label_smoothing", (LabelSmoothingLoss,)),
+    ("label_smoothing", (ExplicitSmoothing,)),
+    ("learning_rate", (noam_lr,)),
+    ("greedy_decode", (greedy_decode,)),
+    ("greedy_decode", (greedy_without_cache,)),
+    ("greedy_decode", (greedy,)),
 ]
 
 
@@ -690,6 +898,24 @@ def test_python_dash_m_annotated_check_exits_non_zero_on_a_bug(solutions):
     )
     assert buggy.returncode == 1, buggy.stdout + buggy.stderr
     assert "FAIL  scaled_by_sqrt_dk" in buggy.stdout
+
+
+RATES = """
+def noam(step, d_model, warmup):
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+def clamped(step, d_model, warmup):
+    step = max(step, 1)
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+"""
+
+
+def test_cli_grades_the_training_pieces(tmp_path, capsys):
+    (tmp_path / "rates.py").write_text(textwrap.dedent(RATES))
+    assert main(["check", "learning_rate", f"{tmp_path / 'rates.py'}:noam"]) == 0
+    assert "check.learning_rate: 5 of 5 properties hold" in capsys.readouterr().out
+    assert main(["check", "learning_rate", f"{tmp_path / 'rates.py'}:clamped"]) == 1
+    assert "FAIL  step_zero_is_refused" in capsys.readouterr().out
 
 
 def test_checking_restores_the_thread_count():
