@@ -35,8 +35,12 @@ def clean(nb: dict) -> dict:
         for out in cell.get("outputs", []):
             if "execution_count" in out:
                 out["execution_count"] = count
-            if "metadata" in out:
-                out["metadata"] = {}
+            if "metadata" in out:  # keep only an image's display size (a retina PNG has 2x pixels)
+                out["metadata"] = {
+                    mime: {k: v for k, v in meta.items() if k in ("width", "height")}
+                    for mime, meta in out["metadata"].items()
+                    if mime.startswith("image/") and isinstance(meta, dict) and meta
+                }
     return nb
 
 
