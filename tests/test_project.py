@@ -85,9 +85,9 @@ def test_notebooks_link_to_colab_and_binder_and_install_when_missing():
         assert "except ImportError" in first_code and "pip" in first_code, path
 
 
-def test_ci_runs_the_readme_test_command_and_the_portable_check():
+def test_ci_runs_the_readme_test_command_the_distribution_and_the_portable_check():
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "make test\n" in ci and "make test-portable" in ci
+    assert "make test\n" in ci and "make test-portable" in ci and "make test-dist" in ci
     assert "make test" in (ROOT / "README.md").read_text()
 
 
