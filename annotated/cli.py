@@ -311,7 +311,7 @@ def activation_bytes(tokens: int, length: int, dims: dict, vocab: int, train: bo
     """A rough upper estimate of the memory of one forward (and backward) pass over `tokens` tokens."""
     d, d_ff, heads, layers = dims["d_model"], dims["d_ff"], dims["n_heads"], dims["n_layers"]
     per_token = 2 * layers * (20 * d + 2 * d_ff + 4 * heads * length) + 4 * vocab
-    return 4.0 * tokens * per_token * (2 if train else 1)
+    return 4.0 * tokens * per_token * (1.5 if train else 1.0)  # float32; gradients add about half
 
 
 def remove_stale_temporaries(folder: Path) -> int:
@@ -790,7 +790,7 @@ def check_train_options(args: argparse.Namespace) -> None:
             check_memory(need, device, f"{option} {n} (sequences of {args.seq_len} symbols)", option)
     elif args.task == "multi30k":
         dims = {**dataclasses.asdict(TransformerConfig(1, 1)), **model_overrides(args)}
-        need = activation_bytes(args.max_tokens, 128, dims, args.vocab_size, True)
+        need = activation_bytes(args.max_tokens, 64, dims, args.vocab_size, True)
         check_memory(need, device, f"--max-tokens {args.max_tokens}", "--max-tokens")
 
 
@@ -837,8 +837,9 @@ def check_beam(beam: int, model: Transformer, device: torch.device, sentences: i
     cfg = model.cfg
     if beam > cfg.tgt_vocab:
         raise ValueError(f"--beam must be at most the vocabulary size {cfg.tgt_vocab}, got {beam}")
-    dims = dataclasses.asdict(cfg)
-    need = activation_bytes(sentences * beam * 128, 128, dims, cfg.tgt_vocab, False)
+    rows, length = sentences * beam, 128  # hypotheses decoded together, and their longest output
+    cache = rows * length * cfg.n_layers * 4 * cfg.d_model  # keys and values: self and cross
+    need = 4.0 * (cache + 3 * rows * cfg.tgt_vocab)  # float32, with the scores of every step
     check_memory(need, device, f"--beam {beam} ({sentences} sentences at a time)", "--beam")
 
 

@@ -98,6 +98,11 @@ class LabelSmoothingLoss(nn.Module):
                 f"got logits {tuple(logits.shape)} and target {tuple(target.shape)}"
             )
         check_tokens(target.reshape(1, -1), "target", "(B, length)")
+        if target.numel() and (target.min() < 0 or target.max() >= self.vocab_size):
+            raise ValueError(
+                f"target labels must lie in [0, vocab_size={self.vocab_size}), "
+                f"got labels from {target.min().item()} to {target.max().item()}"
+            )
         dtype = torch.promote_types(logits.dtype, torch.float32)  # half precision: sum in float32
         log_p = F.log_softmax(logits.reshape(-1, self.vocab_size), dim=-1, dtype=dtype)  # (N, V)
         target = target.reshape(-1, 1)  # (N, 1)

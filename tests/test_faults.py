@@ -456,3 +456,137 @@ def test_bad_stdin_lines_are_reported_and_the_others_translated(capsys, monkeypa
 def test_an_empty_sentence_has_an_empty_translation(capsys, monkeypatch, run_dir):
     code, out, err = translate(capsys, monkeypatch, run_dir / "checkpoint.pt", "")
     assert (code, out, err) == (0, "\n", "")
+
+
+# ---- 7. The library's public functions refuse bad input by name ---------------------------------
+
+
+def test_library_rejects_bad_inputs_by_name():
+    from annotated.attention import attention
+    from annotated.decoding import beam_search, greedy_decode, length_penalty
+    from annotated.multi_head import MultiHeadAttention
+    from annotated.positional import PositionalEncoding
+
+    x = torch.randn(1, 2, 8)
+    with pytest.raises(TypeError, match="query must be a floating-point torch.Tensor, got list"):
+        attention(x.tolist(), x, x)
+    with pytest.raises(TypeError, match="query, key and value must have one dtype"):
+        attention(x.double(), x, x)
+    mha = MultiHeadAttention(8, 2)
+    with pytest.raises(TypeError, match="query must be a torch.Tensor, got ndarray"):
+        mha(x.numpy(), x, x)
+    with pytest.raises(TypeError, match=r"query must have the layer's dtype torch.float32"):
+        mha(x.double(), x.double(), x.double())
+    with pytest.raises(TypeError, match="d_model must be an int"):
+        MultiHeadAttention(8.0, 2)
+    pe = PositionalEncoding(8, 0.0, max_len=10)
+    with pytest.raises(ValueError, match="start must be >= 0"):
+        pe(x, start=-5)
+    with pytest.raises(TypeError, match="start must be an int"):
+        pe(x, start=1.5)
+    with pytest.raises(ValueError, match="length must be >= 0"):
+        length_penalty(-10, 0.6)
+    model = make_model(7, 9, n_layers=1, d_model=8, d_ff=8, n_heads=2, max_len=20).eval()
+    src = torch.tensor([[3, 4, 5]])
+    ids = {"bos_id": 1, "eos_id": 2, "pad_id": 0}
+    with pytest.raises(ValueError, match=r"pad_id must be an int in \[0, tgt_vocab=9\), got 9"):
+        greedy_decode(model, src, None, 5, **{**ids, "pad_id": 9})
+    with pytest.raises(ValueError, match="max_len must be at most the model's max_len=20"):
+        greedy_decode(model, src, None, 10**9, **ids)
+    for decode_ in (
+        lambda s: greedy_decode(model, s, None, 5, **ids),
+        lambda s: beam_search(model, s, None, 2, **ids),
+    ):
+        with pytest.raises(ValueError, match="src must hold at least one sentence, got B=0"):
+            decode_(src[:0])
+
+
+# ---- 8. The two test gaps: both attention paths for every flag; different vocabularies ---------
+
+
+@pytest.mark.parametrize("scale", [True, False])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("nan", [None, "query", "key"])
+def test_both_attention_paths_agree(scale, masked, nan):
+    from annotated.multi_head import MultiHeadAttention
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2, dropout=0.5).eval()  # dropout is off in eval mode on both paths
+    mha.scale = scale
+    q, kv = torch.randn(2, 3, 8), torch.randn(2, 4, 8)
+    if nan == "query":
+        q[0, 1, 3] = math.nan
+    elif nan == "key":
+        kv[1, 2, 0] = math.nan
+    mask = (
+        torch.tensor([[1, 1, 0, 1], [1, 0, 0, 0]], dtype=torch.bool)[:, None, None, :]
+        if masked
+        else None
+    )
+    fast = mha(q, kv, kv, mask)
+    mha.keep_weights = True
+    slow = mha(q, kv, kv, mask)
+    torch.testing.assert_close(fast, slow, equal_nan=True)
+    assert torch.equal(fast.isnan(), slow.isnan())
+    if nan == "query":
+        assert fast[0, 1].isnan().all() and not fast[1].isnan().any()
+
+
+def test_unscaled_attention_differs_from_scaled():
+    from annotated.multi_head import MultiHeadAttention
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2, dropout=0.0).eval()
+    q = torch.randn(1, 3, 8) * 3
+    scaled = mha(q, q, q)
+    mha.scale = False
+    for keep in (False, True):  # the fast path must honour scale=False too
+        mha.keep_weights = keep
+        assert not torch.allclose(mha(q, q, q), scaled)
+
+
+def test_a_model_with_different_source_and_target_vocabularies():
+    torch.manual_seed(0)
+    model = make_model(11, 17, n_layers=1, d_model=8, d_ff=16, n_heads=2, dropout=0.0).eval()
+    assert model.src_embed.lut.weight.shape == (11, 8) and model.tgt_embed.lut.weight.shape == (
+        17,
+        8,
+    )
+    src, tgt = torch.randint(1, 11, (2, 5)), torch.tensor([[1, 16, 12, 5], [15, 2, 13, 11]])
+    logits = model(src, tgt, None, None)
+    assert logits.shape == (2, 4, 17)
+    memory = model.encode(src, None)
+    with torch.no_grad():  # the encoder reads the source embedding only...
+        model.tgt_embed.lut.weight.add_(1.0)
+        assert torch.equal(model.encode(src, None), memory)
+        changed = model(src, tgt, None, None)
+        assert not torch.allclose(changed, logits)  # ...and the decoder the target one
+        model.src_embed.lut.weight.add_(1.0)
+        assert not torch.equal(model.encode(src, None), memory)
+    with pytest.raises(ValueError, match="vocab_size=11"):
+        model(tgt + 11, tgt, None, None)  # source ids >= src_vocab are refused, not looked up
+
+
+def test_loss_and_batching_reject_bad_sizes():
+    from annotated.data import token_batches
+    from annotated.training import LabelSmoothingLoss
+
+    loss = LabelSmoothingLoss(5, 0)
+    with pytest.raises(
+        ValueError, match=r"target labels must lie in \[0, vocab_size=5\), got labels from 1 to 7"
+    ):
+        loss(torch.randn(1, 2, 5), torch.tensor([[1, 7]]))
+    with pytest.raises(ValueError, match="max_tokens must be a positive int, got max_tokens=10.5"):
+        token_batches([([1, 2], [3])], max_tokens=10.5)
+
+
+def test_the_model_refuses_lists_and_masks_that_hide_everything():
+    model = make_model(7, 9, n_layers=1, d_model=8, d_ff=8, n_heads=2).eval()
+    src = torch.tensor([[3, 4, 5]])
+    with pytest.raises(TypeError, match="src must be a torch.Tensor of token ids, got list"):
+        model([[3, 4, 5]], src, None, None)
+    with pytest.raises(TypeError, match="src must be a torch.Tensor of token ids, got ndarray"):
+        model.encode(src.numpy())
+    inverted = torch.zeros(1, 1, 1, 3, dtype=torch.bool)  # ~ of a batch without padding
+    with pytest.raises(ValueError, match="src_mask hides every key from every query"):
+        model(src, src, inverted, None)
