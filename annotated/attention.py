@@ -41,6 +41,14 @@ def attention(
     scale: bool = True,  # divide the scores by sqrt(d_k), as the paper does
 ) -> tuple[Tensor, Tensor]:
     """Compute softmax(Q K^T / sqrt(d_k)) V and the attention weights (§3.2.1, Eq. 1)."""
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            got = x.dtype if isinstance(x, Tensor) else type(x).__name__
+            raise TypeError(f"{name} must be a floating-point torch.Tensor, got {got}")
+    if not query.dtype == key.dtype == value.dtype:
+        raise TypeError(
+            f"query, key and value must have one dtype, got {query.dtype}, {key.dtype} and {value.dtype}"
+        )
     d_k = query.size(-1)
     if key.size(-1) != d_k:
         raise ValueError(f"key must have the query's feature size {d_k}, got {key.size(-1)}")

@@ -24,6 +24,8 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from torch import Tensor
 
+from .training import atomic_write
+
 # %% ../notebooks/15_translation.ipynb #c005
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"
 MULTI30K_SHA256 = {  # the files' SHA-256 sums; a different byte anywhere is an error
@@ -62,25 +64,26 @@ def check_sha256(path: Path, name: str) -> None:
 def download_multi30k_file(name: str, dest: str | Path) -> None:
     """Download one Multi30k file to dest, keeping it only if its SHA-256 matches."""
     url, dest = MULTI30K_URL.format(name=name), Path(dest)
-    part = dest.with_name(dest.name + ".part")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response, open(part, "wb") as out:
-            while chunk := response.read(1 << 20):
-                out.write(chunk)
-    except BaseException as err:  # network error, truncated read, Ctrl-C: keep nothing half-written
-        part.unlink(missing_ok=True)
-        if not isinstance(err, Exception):
-            raise
-        raise OSError(f"downloading {name} from {url} failed: {err!r}") from err
-    actual = sha256_of(part)
-    if actual != MULTI30K_SHA256[name]:
-        part.unlink()
-        raise ValueError(
-            f"downloaded {name} from {url} has the wrong checksum (file removed): "
-            f"expected sha256 {MULTI30K_SHA256[name]}, got {actual}"
-        )
-    part.replace(dest)  # atomic: dest is either absent or verified
+
+    def fetch(out) -> None:
+        digest = hashlib.sha256()
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                while chunk := response.read(1 << 20):
+                    out.write(chunk)
+                    digest.update(chunk)
+        except Exception as err:  # network error, truncated read
+            raise OSError(f"downloading {name} from {url} failed: {err!r}") from err
+        if digest.hexdigest() != MULTI30K_SHA256[name]:
+            raise ValueError(
+                f"downloaded {name} from {url} has the wrong checksum (file removed): "
+                f"expected sha256 {MULTI30K_SHA256[name]}, got {digest.hexdigest()}"
+            )
+
+    # a fresh temporary file, renamed to dest only when whole and verified; removed on any failure
+    # (Ctrl-C included), and never a link that someone planted at a fixed name
+    atomic_write(dest, fetch)
 
 # %% ../notebooks/15_translation.ipynb #c009
 def multi30k_path(
@@ -158,12 +161,19 @@ def train_tokenizer(pairs: Iterable[tuple[str, str]], vocab_size: int = 8000) ->
 def save_tokenizer(tok: Tokenizer, path: str | Path) -> None:
     """Write the tokenizer as one JSON file (keep it next to the model's weights)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(path))
+    text = tok.to_str(pretty=True)
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))  # whole or not at all
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """Read a tokenizer written by save_tokenizer."""
-    return Tokenizer.from_file(str(path))
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as err:  # the tokenizers library raises a bare Exception
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"no tokenizer file at {path}") from None
+        first = (str(err).splitlines() or [""])[0]
+        raise ValueError(f"{path} is not a tokenizer file written by save_tokenizer ({first})") from None
 
 
 def encode(tok: Tokenizer, text: str) -> list[int]:
@@ -204,6 +214,8 @@ def length_batches(
     lengths: Sequence[tuple[int, int]], max_tokens: int, shuffle: bool = True, seed: int = 0
 ) -> list[list[int]]:
     """Group indices of similar length into batches of <= max_tokens padded tokens (§5.1)."""
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive int, got max_tokens={max_tokens!r}")
     longest = max((max(s, t) for s, t in lengths), default=0)
     if longest > max_tokens:
         raise ValueError(f"max_tokens must be >= the longest example ({longest}), got {max_tokens}")

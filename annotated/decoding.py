@@ -52,6 +52,10 @@ def _check_inputs(
         got = tuple(src.shape) if isinstance(src, Tensor) else type(src).__name__
         raise ValueError(f"src must be a (B, S) tensor of token ids, got {got}")
     B = src.size(0)
+    if B == 0:
+        raise ValueError("src must hold at least one sentence, got B=0")
+    if src.is_floating_point():
+        raise TypeError(f"src must hold integer token ids, got dtype {src.dtype}")
     if src_mask is not None:
         if (
             not isinstance(src_mask, Tensor)
@@ -74,6 +78,22 @@ def _check_inputs(
         raise ValueError(f"max_len must be a positive int (tokens to generate), got {max_len!r}")
     return src_mask, torch.full((B,), max_len, device=src.device)  # (B,)
 
+
+def _check_model(model: nn.Module, src: Tensor, limits: Tensor, **ids: int) -> None:
+    """Token ids inside the target vocabulary, and lengths the positional encoding covers."""
+    cfg = getattr(model, "cfg", None)
+    if cfg is None:  # not a Transformer: nothing to compare with
+        return
+    for name, value in ids.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < cfg.tgt_vocab:
+            raise ValueError(f"{name} must be an int in [0, tgt_vocab={cfg.tgt_vocab}), got {value!r}")
+    longest = max(src.size(1), int(limits.max()))
+    if longest > cfg.max_len:
+        raise ValueError(
+            f"max_len must be at most the model's max_len={cfg.max_len} (positions it can encode), "
+            f"got {longest} (sources of length {src.size(1)}, outputs of up to {int(limits.max())})"
+        )
+
 # %% ../notebooks/14_decoding.ipynb #c014
 @torch.no_grad()
 def greedy_decode(
@@ -88,6 +108,7 @@ def greedy_decode(
 ) -> Tensor:
     """Take the most probable token at every step until EOS or max_len (one beam, §6.1)."""
     src_mask, limits = _check_inputs(src, src_mask, max_len)  # limits: (B,)
+    _check_model(model, src, limits, bos_id=bos_id, pad_id=pad_id)  # eos_id=-1: never stop
     memory = model.encode(src, src_mask)  # (B, S, D)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
     done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)  # (B,)
@@ -106,7 +127,10 @@ def greedy_decode(
 # %% ../notebooks/14_decoding.ipynb #c019
 def length_penalty(length: int | Tensor, alpha: float) -> Tensor:
     """Return lp(Y) = ((5 + |Y|) / 6) ** alpha, the length normalisation of §6.1 (Wu et al.)."""
-    return ((5 + torch.as_tensor(length, dtype=torch.float)) / 6) ** alpha
+    length = torch.as_tensor(length, dtype=torch.float)
+    if bool((length < 0).any()):
+        raise ValueError(f"length must be >= 0, got {length}")
+    return ((5 + length) / 6) ** alpha
 
 # %% ../notebooks/14_decoding.ipynb #c024
 def reorder_cache(cache: list[dict], indices: Tensor) -> None:
@@ -167,6 +191,7 @@ def beam_search(
     if not alpha >= 0:
         raise ValueError(f"alpha must be >= 0 (0: no length penalty), got {alpha!r}")
     src_mask, limits = _check_inputs(src, src_mask, max_len, beam_size)  # limits: (B,)
+    _check_model(model, src, limits, bos_id=bos_id, pad_id=pad_id)  # eos_id=-1: never stop
     B, K, dev = src.size(0), beam_size, src.device
     memory = model.encode(src, src_mask).repeat_interleave(K, dim=0)  # (B*K, S, D)
     src_mask = None if src_mask is None else src_mask.repeat_interleave(K, dim=0)  # (B*K, 1, 1, S)

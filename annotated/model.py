@@ -62,6 +62,20 @@ class TransformerConfig:
             )
 
 # %% ../notebooks/11_model.ipynb #c007
+def _check_tensor(tokens, name: str) -> None:
+    if not isinstance(tokens, Tensor):  # a list or an array: say so, not "'list' has no attribute"
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}")
+
+
+def _check_sees_something(mask: Tensor, name: str) -> None:
+    """A mask that hides every key from every query is inverted (or the batch is all padding)."""
+    if mask.numel() and not mask.any():
+        raise ValueError(
+            f"{name} hides every key from every query (all False); True means 'may attend': "
+            f"an inverted mask (~{name}), or a batch of padding only?"
+        )
+
+
 class Transformer(nn.Module):
     """Encoder-decoder Transformer: embeddings, N+N layers, pre-softmax projection (§3, Fig. 1)."""
 
@@ -94,8 +108,10 @@ class Transformer(nn.Module):
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """src: (B, S) token ids -> memory (B, S, D)."""
+        _check_tensor(src, "src")
         if src_mask is not None:
             check_mask(src_mask, torch.Size((src.size(0), 1, 1, src.size(-1))), "src_mask")
+            _check_sees_something(src_mask, "src_mask")
         return self.encoder(self.src_pos(self.src_embed(src)), src_mask)  # (B, S, D)
 
     def decode(
@@ -107,6 +123,7 @@ class Transformer(nn.Module):
         cache: list[dict] | None = None,  # step-by-step decoding: tgt holds only the new tokens
     ) -> Tensor:
         """Decoder states (B, T, D) for the target tokens, given the memory."""
+        _check_tensor(tgt, "tgt")
         if memory.size(0) != tgt.size(0):
             raise ValueError(
                 f"src and tgt must have the same batch size, got {memory.size(0)} and {tgt.size(0)}"
@@ -115,6 +132,7 @@ class Transformer(nn.Module):
         if tgt_mask is not None:
             shape = (tgt.size(0), 1, tgt.size(-1), start + tgt.size(-1))
             check_mask(tgt_mask, torch.Size(shape), "tgt_mask")
+            _check_sees_something(tgt_mask, "tgt_mask")
         x = self.tgt_pos(self.tgt_embed(tgt), start=start)  # (B, T, D)
         return self.decoder(x, memory, src_mask, tgt_mask, cache)  # (B, T, D)
 
@@ -126,6 +144,7 @@ class Transformer(nn.Module):
         tgt_mask: Tensor | None = None,
     ) -> Tensor:
         """Logits (B, T, V) for every target position, given the source and the shifted target."""
+        _check_tensor(src, "src"), _check_tensor(tgt, "tgt")
         if src.dim() != 2 or tgt.dim() != 2:
             raise ValueError(
                 f"src and tgt must be (B, length), got {tuple(src.shape)} and {tuple(tgt.shape)}"

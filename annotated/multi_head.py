@@ -16,6 +16,9 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.1, bias: bool = True):
         super().__init__()
+        for name, value in (("d_model", d_model), ("n_heads", n_heads)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {name}={value!r}")
         if n_heads < 1 or d_model % n_heads != 0:
             raise ValueError(
                 f"d_model must be divisible by n_heads, got d_model={d_model} and n_heads={n_heads}"
@@ -61,6 +64,8 @@ class MultiHeadAttention(nn.Module):
             p = self.dropout.p if self.training else 0.0
             scale = None if self.scale else 1.0  # None: the kernel's default 1/sqrt(d_k)
             x = F.scaled_dot_product_attention(q, k, v, mask, p, scale=scale)  # (B, H, T, Dk)
+            # the fused kernel returns 0 for a query row holding NaN; Eq. 1 (and the path above) NaN
+            x = x.masked_fill(q.isnan().any(-1, keepdim=True), float("nan"))
         return self.W_o(self.merge_heads(x))  # (B, T, D)
 
     def split_heads(self, x: Tensor) -> Tensor:
@@ -74,7 +79,15 @@ class MultiHeadAttention(nn.Module):
         return x.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, D)
 
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
+        dtype = self.W_q.weight.dtype
         for name, x in (("query", query), ("key", key), ("value", value)):
+            if not isinstance(x, Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+            if x.dtype != dtype and not torch.is_autocast_enabled(x.device.type):
+                raise TypeError(
+                    f"{name} must have the layer's dtype {dtype}, got {x.dtype}; "
+                    f"convert it with .to({dtype}) (or the layer with .to({x.dtype}))"
+                )
             if x.dim() != 3 or x.size(-1) != self.d_model:
                 raise ValueError(
                     f"{name} must have shape (B, length, d_model={self.d_model}), got {tuple(x.shape)}"

@@ -72,6 +72,10 @@ class PositionalEncoding(nn.Module):
             raise ValueError(
                 f"x must have shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}"
             )
+        if isinstance(start, bool) or not isinstance(start, int | Tensor):  # a tensor when traced
+            raise TypeError(f"start must be an int (the first position), got start={start!r}")
+        if isinstance(start, int) and start < 0:
+            raise ValueError(f"start must be >= 0 (the first position), got start={start}")
         end = start + x.size(1)
         if end > self.max_len:
             raise ValueError(

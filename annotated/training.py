@@ -2,17 +2,19 @@
 
 # %% auto #0
 __all__ = ['CHECKPOINT_FORMAT', 'Batch', 'LabelSmoothingLoss', 'noam_lr', 'noam_scheduler', 'make_optimizer', 'train_step',
-           'Trainer', 'save_checkpoint', 'Checkpoint', 'load_checkpoint']
+           'Trainer', 'atomic_write', 'save_checkpoint', 'Checkpoint', 'load_checkpoint']
 
 # %% ../notebooks/12_training.ipynb #c002
 # Legend: B batch, S source len, T target len, V vocab, N = B * T target positions.
 import dataclasses
 import math
 import os
+import tempfile
 import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 import torch.nn.functional as F
@@ -96,6 +98,11 @@ class LabelSmoothingLoss(nn.Module):
                 f"got logits {tuple(logits.shape)} and target {tuple(target.shape)}"
             )
         check_tokens(target.reshape(1, -1), "target", "(B, length)")
+        if target.numel() and (target.min() < 0 or target.max() >= self.vocab_size):
+            raise ValueError(
+                f"target labels must lie in [0, vocab_size={self.vocab_size}), "
+                f"got labels from {target.min().item()} to {target.max().item()}"
+            )
         dtype = torch.promote_types(logits.dtype, torch.float32)  # half precision: sum in float32
         log_p = F.log_softmax(logits.reshape(-1, self.vocab_size), dim=-1, dtype=dtype)  # (N, V)
         target = target.reshape(-1, 1)  # (N, 1)
@@ -253,6 +260,39 @@ CHECKPOINT_FORMAT = "annotated.training/1"
 _CHECKPOINT_KEYS = ("format", "config", "model", "optimizer", "scheduler", "step", "rng", "extra")
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it: put it straight back
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
+    """Write a file whole or not at all: `write(f)` fills a new temporary file, then it replaces `path`."""
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory, expected the name of a file to write")
+    # a fresh name, created exclusively (O_EXCL) beside the target: no other writer and no planted
+    # link can be opened in its place; os.replace swaps a link at `path` itself, never its target
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # the permissions a plain open() would have given
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())  # on the disk before the rename makes it visible
+        os.replace(tmp, path)  # atomic: readers see the old file or the new one, never a mix
+    except BaseException:  # an error, Ctrl-C, a full disk: leave nothing half-written behind
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the rename itself survives a power cut
+    except OSError:  # some file systems cannot sync a folder
+        pass
+    finally:
+        os.close(folder)
+
+
 def save_checkpoint(
     path: str | os.PathLike,
     model: Transformer,
@@ -277,10 +317,7 @@ def save_checkpoint(
         "rng": {"torch": torch.get_rng_state(), "cuda": cuda},
         "extra": extra,  # keep to tensors, numbers, strings, lists and dicts: weights_only loads these
     }
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)  # atomic: a crash mid-save leaves the previous checkpoint whole
+    atomic_write(path, lambda f: torch.save(state, f))
 
 # %% ../notebooks/12_training.ipynb #c037
 @dataclasses.dataclass
@@ -323,6 +360,16 @@ def _read_checkpoint(path: str | os.PathLike, map_location: str | torch.device |
             f"{path} is not a checkpoint: expected the zip archive that torch.save writes, "
             "got a file that is truncated or of another kind"
         )
+    try:  # every member's CRC-32: damage inside the tensor data would otherwise load as garbage
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except Exception as err:  # a damaged member header
+        damaged = f"a member ({type(err).__name__}: {err})"
+    if damaged is not None:
+        raise ValueError(
+            f"{path} is damaged: {damaged} does not match the checksum (CRC-32) stored in the "
+            "archive; the file was altered after it was written (a disk or copy error)"
+        )
     try:  # weights_only: tensors and plain containers only, never arbitrary objects
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # a damaged archive, or objects that weights_only refuses to build
@@ -336,6 +383,51 @@ def _read_checkpoint(path: str | os.PathLike, map_location: str | torch.device |
         )
     return state
 
+
+def _checked_config(path, state: dict) -> TransformerConfig:
+    """The saved config, checked against the saved tensors before any real memory is spent on it."""
+    weights = state["model"]
+    if not isinstance(weights, dict) or not all(isinstance(t, Tensor) for t in weights.values()):
+        raise ValueError(f"{path}: its 'model' entry is not a dict of tensors")
+    try:
+        cfg = TransformerConfig(**state["config"])
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{path} holds an invalid model config: {err}") from err
+    for side in ("encoder", "decoder"):  # counted first: a huge n_layers is cheap to catch here
+        found = {k.split(".")[2] for k in weights if k.startswith(f"{side}.layers.")}
+        if len(found) != cfg.n_layers:
+            raise ValueError(
+                f"{path}: the config says n_layers={cfg.n_layers}, but the file holds weights "
+                f"for {len(found)} {side} layers"
+            )
+    with torch.device("meta"):  # shapes without memory: a config asking for 8 GB costs nothing
+        skeleton = Transformer(cfg)
+    expected = skeleton.state_dict()
+    wrong = sorted(set(expected) ^ set(weights)) + [
+        f"{k} {tuple(weights[k].shape)} (config: {tuple(t.shape)})"
+        for k, t in expected.items()
+        if k in weights and weights[k].shape != t.shape
+    ]
+    if wrong:
+        raise ValueError(
+            f"{path}: the weights do not fit the model its config describes ({len(wrong)} "
+            f"mismatches, first: {', '.join(wrong[:3])})"
+        )
+    saved = sum(t.numel() * t.element_size() for t in weights.values())
+    needed = sum(t.numel() * t.element_size() for t in [*skeleton.parameters(), *skeleton.buffers()])
+    if needed > 2 * saved + 2**28:  # only the position table is not in the file: it stays small
+        raise ValueError(
+            f"{path}: its config (max_len={cfg.max_len}) asks for {needed / 2**20:,.0f} MiB, "
+            f"but its weights hold {saved / 2**20:,.1f} MiB; the config is damaged"
+        )
+    bad = [k for k, t in weights.items() if t.is_floating_point() and not t.isfinite().all()]
+    if bad:
+        raise ValueError(
+            f"{path} holds NaN or infinite weights in {len(bad)} tensors (first: {bad[0]}); "
+            "the run that wrote it diverged or the file is damaged"
+        )
+    return cfg
+
 # %% ../notebooks/12_training.ipynb #c039
 def load_checkpoint(
     path: str | os.PathLike,
@@ -347,7 +439,7 @@ def load_checkpoint(
 ) -> Checkpoint:
     """Rebuild the model from the saved config (or fill `model`) and restore what is given."""
     state = _read_checkpoint(path, map_location)
-    cfg = TransformerConfig(**state["config"])
+    cfg = _checked_config(path, state)
     if model is None:
         if optimizer is not None or scheduler is not None:
             raise ValueError(

@@ -140,11 +140,13 @@ def test_train_copy_end_to_end(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "averaged.pt",
         "checkpoint.pt",
+        "manifest.json",
         "results.json",
     ]
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results) == {
         "task",
+        "run",
         "command",
         "commit",
         "hardware",
@@ -186,7 +188,7 @@ def multi30k_run(tmp_path_factory):
 
 def test_train_multi30k_writes_checkpoint_tokenizer_results(multi30k_run):
     names = sorted(p.name for p in multi30k_run.iterdir())
-    assert names == ["checkpoint.pt", "results.json", "tokenizer.json"]
+    assert names == ["checkpoint.pt", "manifest.json", "results.json", "tokenizer.json"]
     results = json.loads((multi30k_run / "results.json").read_text())
     assert results["training"]["steps"] == 1 and results["training"]["warmup"] == 4000
     assert results["val"]["perplexity"] > 1 and "test" not in results
@@ -226,4 +228,5 @@ def test_translate_from_arguments_and_stdin(multi30k_run):
         "translate", "--checkpoint", ckpt, "--beam", "1", stdin="Ein Hund.\n\nEin Mann.\n"
     )
     assert done.returncode == 0, done.stderr
-    assert len(done.stdout.splitlines()) == 2  # one translation per non-empty line
+    lines = done.stdout.split("\n")[:-1]
+    assert len(lines) == 3 and lines[0] and lines[1] == "" and lines[2]  # one per input line

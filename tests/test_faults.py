@@ -1,0 +1,592 @@
+"""Fault injection (issue 11): every wrong input and every interruption ends with an exit code, one
+line on standard error and nothing half-written on disk; an interrupted run resumes to the very end
+that an uninterrupted run reaches."""
+
+import io
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+import annotated.cli as cli
+from annotated.cli import main, write_manifest, write_results
+from annotated.data import save_tokenizer, train_tokenizer
+from annotated.model import make_model
+from annotated.training import atomic_write, load_checkpoint, save_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = "--n-layers 1 --d-model 16 --d-ff 32 --n-heads 2".split()
+COPY = ["train", "--task", "copy", *TINY]
+NO_CUDA = not torch.cuda.is_available()
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def fails(capsys, args, code=2):
+    """Run main(args); check the exit code and that stderr is exactly one line; return that line."""
+    assert main([str(a) for a in args]) == code
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err.strip()
+
+
+def listing(folder: Path) -> list[str]:
+    """Every file and folder under `folder`, hidden ones (temporary files) included."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
+
+
+def temporaries(folder: Path) -> list[str]:
+    return [p for p in listing(folder) if p.endswith(".tmp") or ".probe." in p]
+
+
+# ---- A tiny Multi30k-like run folder: checkpoint, tokenizer, manifest ----------------------------
+
+SENTENCES = [
+    ("Ein Hund läuft.", "A dog runs."),
+    ("Eine Frau liest ein Buch.", "A woman reads a book."),
+    ("Zwei Kinder spielen im Park.", "Two children play in the park."),
+    ("Ein Mann fährt Fahrrad.", "A man rides a bike."),
+] * 5
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(SENTENCES, vocab_size=80)
+
+
+def make_run(folder: Path, tok, run="r1", **config) -> Path:
+    """Write what 'train' leaves for a Multi30k run, with an untrained tiny model."""
+    folder.mkdir(parents=True, exist_ok=True)
+    V = tok.get_vocab_size()
+    torch.manual_seed(0)
+    dims = {"n_layers": 1, "d_model": 16, "d_ff": 32, "n_heads": 2, "max_len": 80, **config}
+    model = make_model(V, V, shared_vocab=True, **dims)
+    save_checkpoint(folder / "checkpoint.pt", model, step=1, task="multi30k", run=run)
+    save_tokenizer(tok, folder / "tokenizer.json")
+    write_manifest(folder, run, 1)
+    return folder / "checkpoint.pt"
+
+
+@pytest.fixture
+def run_dir(tmp_path, tok):
+    make_run(tmp_path / "run", tok)
+    return tmp_path / "run"
+
+
+def translate(capsys, monkeypatch, checkpoint, *args, stdin: bytes | None = None):
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    code = main(["translate", "--checkpoint", str(checkpoint), "--beam", "1", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+# ---- 1. Checked before the work -----------------------------------------------------------------
+
+
+def test_out_that_is_a_file(capsys, tmp_path):
+    (tmp_path / "taken").write_text("mine")
+    err = fails(capsys, [*COPY, "--steps", "1", "--out", tmp_path / "taken"])
+    assert "--out" in err and "is a file, expected a folder" in err
+    assert listing(tmp_path) == ["taken"] and (tmp_path / "taken").read_text() == "mine"
+
+
+def test_out_that_cannot_be_created(capsys, tmp_path):
+    (tmp_path / "file").write_text("")
+    err = fails(capsys, [*COPY, "--steps", "1", "--out", tmp_path / "file" / "run"])
+    assert "--out" in err and "cannot write there" in err
+    assert listing(tmp_path) == ["file"]
+
+
+def test_results_that_is_a_folder(capsys, tmp_path):
+    (tmp_path / "results").mkdir()
+    out = tmp_path / "out"
+    args = [*COPY, "--steps", "1", "--out", out, "--results", tmp_path / "results"]
+    err = fails(capsys, args)
+    assert "--results" in err and "is a folder, expected a file name" in err
+    assert listing(tmp_path) == ["results"]  # the --out folder created for the check is gone
+
+
+def test_export_half_that_is_a_folder(capsys, tmp_path):
+    args = ["train", "--steps", "1", "--out", tmp_path / "o", "--export-half", tmp_path]
+    assert "--export-half" in fails(capsys, args)
+    assert listing(tmp_path) == []
+
+
+def test_unknown_test_split_before_training(capsys, tmp_path):
+    err = fails(capsys, ["train", "--steps", "1", "--test-split", "bogus", "--out", tmp_path / "o"])
+    assert "--test-split must be one of" in err and "'bogus'" in err
+    assert listing(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "device, message",
+    [("banana", "--device must be cpu, cuda or cuda:N, got 'banana'"), ("cuda:x", "--device")]
+    + [("cuda", "no usable CUDA GPU")] * NO_CUDA,
+)
+def test_bad_device(capsys, tmp_path, run_dir, device, message):
+    assert message in fails(
+        capsys, [*COPY, "--steps", "1", "--device", device, "--out", tmp_path / "o"]
+    )
+    ckpt = run_dir / "checkpoint.pt"
+    assert message in fails(capsys, ["translate", "--checkpoint", ckpt, "--device", device, "x"])
+    assert not (tmp_path / "o").exists()
+
+
+def test_evaluate_results_checked_before_scoring(capsys, run_dir, tmp_path):
+    args = ["evaluate", "--checkpoint", run_dir / "checkpoint.pt", "--results", tmp_path]
+    assert "--results" in fails(capsys, args) and "is a folder" in fails(capsys, args)
+    assert "--split must be one of" in fails(
+        capsys, ["evaluate", "--checkpoint", run_dir / "checkpoint.pt", "--split", "nope"]
+    )
+
+
+def test_a_budget_that_ends_before_the_first_update(capsys, tmp_path):
+    err = fails(capsys, [*COPY, "--minutes", "1e-9", "--out", tmp_path / "o"])
+    assert "before the first update" in err and "raise --minutes" in err
+    assert listing(tmp_path) == []  # no empty folder, no untrained model
+
+
+# ---- 2. Save often, stop cleanly, resume ----------------------------------------------------
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    x = load_checkpoint(a, restore_rng=False).model.state_dict()
+    y = load_checkpoint(b, restore_rng=False).model.state_dict()
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def test_sigterm_saves_and_resume_ends_where_an_uninterrupted_run_ends(capsys, tmp_path):
+    """A real process, stopped by SIGTERM mid-run, then resumed: the same end, bit for bit."""
+    args = [*COPY, "--steps", "24", "--eval-every", "8", "--log-every", "1", "--average", "2"]
+    args += ["--eval-size", "16"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "annotated", *args, "--out", str(cut)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    for line in proc.stdout:
+        if line.startswith("step 12 "):  # mid-run, between two evaluations
+            proc.send_signal(signal.SIGTERM)
+            break
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.count("\n") == 1 and err.startswith("interrupted by SIGTERM at update")
+    assert f"python -m annotated train --resume {cut}" in err
+    stopped = load_checkpoint(cut / "checkpoint.pt", restore_rng=False)
+    assert 12 <= stopped.step < 24 and temporaries(cut) == []
+    assert not (cut / "results.json").exists()  # a stopped run has no results yet
+    assert main([*args, "--out", str(whole)]) == 0  # the same run without interruption
+    capsys.readouterr()
+    assert main(["train", "--resume", str(cut)]) == 0
+    assert f"resuming at update {stopped.step}" in capsys.readouterr().out
+    assert listing(cut) == listing(whole) == [
+        "averaged.pt", "checkpoint.pt", "manifest.json", "results.json"
+    ]  # fmt: skip
+    assert same_weights(cut / "checkpoint.pt", whole / "checkpoint.pt")
+    assert same_weights(cut / "averaged.pt", whole / "averaged.pt")
+    a, b = (json.loads((d / "results.json").read_text()) for d in (whole, cut))
+    assert a["train_curve"] == b["train_curve"] and a["run"] != b["run"]
+    assert [e[2:] for e in a["heldout"]["curve"]] == [e[2:] for e in b["heldout"]["curve"]]
+    assert a["heldout"]["exact_match_averaged"] == b["heldout"]["exact_match_averaged"]
+
+
+def test_sigint_in_process_saves_once_and_stops(capsys, tmp_path, monkeypatch):
+    update = cli.global_update
+
+    def interrupted_at_7(rt, net, *rest):
+        loss = update(rt, net, *rest)
+        if net.training and cli.Signals and len(calls) == 6:
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C while update 7 runs
+        calls.append(loss)
+        return loss
+
+    calls = []
+    monkeypatch.setattr(cli, "global_update", interrupted_at_7)
+    err = fails(capsys, [*COPY, "--steps", "20", "--eval-every", "5", "--out", tmp_path], code=130)
+    assert err.startswith("interrupted by SIGINT at update 7: saved")
+    assert load_checkpoint(tmp_path / "checkpoint.pt", restore_rng=False).step == 7
+    assert listing(tmp_path) == ["checkpoint.pt", "manifest.json", "snapshot-5.pt"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers put back
+
+
+def test_periodic_checkpoints(tmp_path, monkeypatch):
+    saved = []
+    save = cli.RunFolder.save
+    monkeypatch.setattr(
+        cli.RunFolder, "save", lambda self, *a: (saved.append(a[3]), save(self, *a))
+    )
+    assert main([*COPY, "--steps", "9", "--save-every", "4", "--out", str(tmp_path)]) == 0
+    assert saved == [4, 8, 9]  # every 4 updates, and the end
+
+
+def test_resume_checks(capsys, tmp_path, run_dir):
+    assert "no checkpoint.pt there" in fails(capsys, ["train", "--resume", tmp_path])
+    assert main([*COPY, "--steps", "2", "--out", str(tmp_path / "a")]) == 0
+    capsys.readouterr()
+    err = fails(capsys, ["train", "--resume", tmp_path / "a", "--lr-factor", "3"])
+    assert "--lr-factor 3.0 differs from its 0.5" in err
+    err = fails(capsys, ["train", "--resume", tmp_path / "a", "--task", "multi30k"])
+    assert "--task multi30k differs from its 'copy'" in err
+    assert "was not saved by 'train'" in fails(capsys, ["train", "--resume", run_dir])
+
+
+# ---- 3. Safe writes -----------------------------------------------------------------------------
+
+
+def test_atomic_write_leaves_the_old_file_and_no_temporary_on_failure(tmp_path):
+    target = tmp_path / "results.json"
+    target.write_text("old")
+
+    def half(f):
+        f.write(b"new, but only half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(target, half)
+    assert listing(tmp_path) == ["results.json"] and target.read_text() == "old"
+    with pytest.raises(IsADirectoryError):
+        atomic_write(tmp_path, lambda f: None)
+
+
+def test_writes_never_follow_a_planted_link(tmp_path, tok):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    for name in ("results.json", "checkpoint.pt", "tokenizer.json"):
+        (tmp_path / name).symlink_to(victim)
+    write_results(tmp_path / "results.json", {"a": 1})
+    save_checkpoint(
+        tmp_path / "checkpoint.pt", make_model(5, 5, n_layers=1, d_model=8, d_ff=8, n_heads=2)
+    )
+    save_tokenizer(tok, tmp_path / "tokenizer.json")
+    assert victim.read_text() == "precious"
+    assert not any(
+        (tmp_path / n).is_symlink() for n in ("results.json", "checkpoint.pt", "tokenizer.json")
+    )
+    assert temporaries(tmp_path) == []
+
+
+def test_a_new_run_removes_stale_temporaries(capsys, tmp_path):
+    (tmp_path / "checkpoint.pt.tmp").write_bytes(b"x" * 100)  # the old fixed name
+    (tmp_path / ".checkpoint.pt.abc123.tmp").write_bytes(b"x" * 100)  # a killed save's
+    assert main([*COPY, "--steps", "1", "--out", str(tmp_path)]) == 0
+    assert "removed the temporary files" in capsys.readouterr().out
+    assert temporaries(tmp_path) == []
+
+
+def test_a_folder_mixing_two_runs_is_detected(capsys, monkeypatch, tmp_path, tok):
+    make_run(tmp_path / "old", tok, run="old")
+    make_run(tmp_path / "new", tok, run="new")
+    os.replace(tmp_path / "new" / "checkpoint.pt", tmp_path / "old" / "checkpoint.pt")
+    code, _, err = translate(capsys, monkeypatch, tmp_path / "old" / "checkpoint.pt", "x")
+    assert code == 2 and "mixes files of two runs" in err and err.count("\n") == 1
+    (tmp_path / "old" / "manifest.json").unlink()  # a run killed before its first manifest
+    code, _, err = translate(capsys, monkeypatch, tmp_path / "old" / "checkpoint.pt", "x")
+    assert code == 2 and "did not finish" in err and "--resume" in err
+
+
+# ---- 4. Checked loads -----------------------------------------------------------------------
+
+
+def damaged(path: Path) -> None:
+    """Overwrite 4 KB inside the largest tensor's data, as a bad disk or copy would."""
+    with zipfile.ZipFile(path) as archive:
+        member = max(archive.infolist(), key=lambda i: i.file_size)
+        offset = member.header_offset + 30 + len(member.filename) + 64  # past its local header
+    data = bytearray(path.read_bytes())
+    data[offset : offset + min(4096, member.file_size - 64)] = os.urandom(
+        min(4096, member.file_size - 64)
+    )
+    path.write_bytes(bytes(data))
+
+
+def rewrite(path: Path, change) -> None:
+    state = torch.load(path, weights_only=True)
+    change(state)
+    torch.save(state, path)
+
+
+@pytest.mark.parametrize(
+    "fault, message",
+    [
+        (damaged, "does not match the checksum (CRC-32)"),
+        (lambda p: rewrite(p, lambda s: s["model"].clear()), "holds weights for 0 encoder layers"),
+        (
+            lambda p: rewrite(p, lambda s: s["model"]["generator.bias"].fill_(math.nan)),
+            "NaN or infinite weights",
+        ),
+        (lambda p: rewrite(p, lambda s: s["config"].update(max_len=10**9)), "asks for"),
+        (lambda p: rewrite(p, lambda s: s["config"].update(n_layers=100_000)), "n_layers=100000"),
+        (lambda p: rewrite(p, lambda s: s["config"].update(d_model=32)), "do not fit the model"),
+        (
+            lambda p: rewrite(p, lambda s: s["extra"].update(task="copy")),
+            "trained on the copy task",
+        ),
+    ],
+)
+def test_damaged_checkpoints_are_refused(capsys, monkeypatch, run_dir, fault, message):
+    ckpt = run_dir / "checkpoint.pt"
+    fault(ckpt)
+    write_manifest(run_dir, "r1", 1)  # the damage is in the file, not in the bookkeeping
+    code, out, err = translate(capsys, monkeypatch, ckpt, "Ein Hund.")
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err and str(ckpt) in err
+
+
+def test_wrong_tokenizers_are_refused(capsys, monkeypatch, run_dir, tmp_path):
+    ckpt = run_dir / "checkpoint.pt"
+    (tmp_path / "junk.json").write_text('{"not": "a tokenizer"}')
+    code, _, err = translate(capsys, monkeypatch, ckpt, "--tokenizer", tmp_path / "junk.json", "x")
+    assert code == 2 and "is not a tokenizer file" in err and err.count("\n") == 1
+    small = train_tokenizer(SENTENCES, vocab_size=40)
+    save_tokenizer(small, tmp_path / "small.json")
+    code, _, err = translate(capsys, monkeypatch, ckpt, "--tokenizer", tmp_path / "small.json", "x")
+    assert code == 2 and f"has {small.get_vocab_size()} tokens" in err and "different runs" in err
+
+
+# ---- 5. A run that diverges stops; results are strict JSON ------------------------------------
+
+
+def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(capsys, tmp_path, monkeypatch):
+    update = cli.global_update
+    calls = []
+
+    def nan_at_7(*args):
+        loss = update(*args)
+        calls.append(loss)
+        return math.nan if len(calls) == 7 else loss
+
+    monkeypatch.setattr(cli, "global_update", nan_at_7)
+    err = fails(capsys, [*COPY, "--steps", "20", "--save-every", "3", "--out", tmp_path], code=3)
+    assert err.startswith("error: training diverged: loss nan at update 7")
+    assert "keeps update 6, the last good one" in err
+    assert load_checkpoint(tmp_path / "checkpoint.pt", restore_rng=False).step == 6
+    assert listing(tmp_path) == ["checkpoint.pt", "manifest.json"]  # no results of a NaN model
+
+
+def test_a_huge_learning_rate_stops_cleanly(capsys, tmp_path):
+    err = fails(capsys, [*COPY, "--steps", "30", "--lr-factor", "1e30", "--out", tmp_path], code=3)
+    assert "training diverged" in err and "lower --lr-factor" in err
+    assert not (tmp_path / "results.json").exists() and temporaries(tmp_path) == []
+
+
+def test_results_are_strict_json(tmp_path):
+    write_results(tmp_path / "r.json", {"loss": math.nan, "curve": [(1, math.inf)], "ok": 1.5})
+
+    def refuse(name):
+        raise ValueError(f"not strict JSON: {name}")
+
+    data = json.loads((tmp_path / "r.json").read_text(), parse_constant=refuse)
+    assert data == {"loss": None, "curve": [[1, None]], "ok": 1.5}
+
+
+# ---- 6. One-line errors, resource limits, standard input ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--batch-size", str(10**9)], "lower --batch-size"),
+        (["--eval-size", str(10**9)], "lower --eval-size"),
+    ],
+)
+def test_sizes_that_cannot_fit(capsys, tmp_path, args, message):
+    err = fails(capsys, [*COPY, "--steps", "1", *args, "--out", tmp_path / "o"])
+    assert message in err and "GiB" in err
+    assert listing(tmp_path) == []
+
+
+def test_max_tokens_that_cannot_fit(capsys, tmp_path):
+    err = fails(
+        capsys, ["train", "--steps", "1", "--max-tokens", str(10**12), "--out", tmp_path / "o"]
+    )
+    assert "lower --max-tokens" in err and listing(tmp_path) == []
+
+
+def test_beam_wider_than_the_vocabulary(capsys, monkeypatch, run_dir):
+    code, out, err = translate(
+        capsys, monkeypatch, run_dir / "checkpoint.pt", "x", "--beam", "100000"
+    )
+    assert code == 2 and out == "" and "--beam must be at most the vocabulary size" in err
+
+
+def test_out_of_memory_names_what_to_lower(capsys, tmp_path, monkeypatch):
+    def no_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(cli, "global_update", no_memory)
+    err = fails(capsys, [*COPY, "--steps", "2", "--out", tmp_path])
+    assert err.startswith("error: out of memory") and "lower --batch-size" in err
+
+
+def test_unexpected_errors_are_one_line_unless_debug(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "global_update", lambda *a: 1 / 0)
+    err = fails(capsys, [*COPY, "--steps", "2", "--out", tmp_path])
+    assert "ZeroDivisionError" in err and "--debug" in err
+    with pytest.raises(ZeroDivisionError):
+        main([*COPY, "--steps", "2", "--out", str(tmp_path), "--debug"])
+
+
+def test_bad_stdin_lines_are_reported_and_the_others_translated(capsys, monkeypatch, run_dir):
+    long = " ".join(["Hund"] * 40)  # over the tiny model's max_len of 80 minus 51
+    stdin = b"Ein Hund.\n\xff\xfe bad bytes\n\n" + long.encode() + b"\nEine Frau.\n"
+    code, out, err = translate(capsys, monkeypatch, run_dir / "checkpoint.pt", stdin=stdin)
+    assert code == 1
+    lines = out.split("\n")[:-1]
+    assert len(lines) == 5 and lines[1] == lines[2] == lines[3] == ""  # lined up with the input
+    problems = err.splitlines()
+    assert len(problems) == 2 and "Traceback" not in err
+    assert problems[0].startswith("error: line 2: not UTF-8 text")
+    assert problems[1].startswith("error: line 4:") and "more than the 29" in problems[1]
+
+
+def test_an_empty_sentence_has_an_empty_translation(capsys, monkeypatch, run_dir):
+    code, out, err = translate(capsys, monkeypatch, run_dir / "checkpoint.pt", "")
+    assert (code, out, err) == (0, "\n", "")
+
+
+# ---- 7. The library's public functions refuse bad input by name ---------------------------------
+
+
+def test_library_rejects_bad_inputs_by_name():
+    from annotated.attention import attention
+    from annotated.decoding import beam_search, greedy_decode, length_penalty
+    from annotated.multi_head import MultiHeadAttention
+    from annotated.positional import PositionalEncoding
+
+    x = torch.randn(1, 2, 8)
+    with pytest.raises(TypeError, match="query must be a floating-point torch.Tensor, got list"):
+        attention(x.tolist(), x, x)
+    with pytest.raises(TypeError, match="query, key and value must have one dtype"):
+        attention(x.double(), x, x)
+    mha = MultiHeadAttention(8, 2)
+    with pytest.raises(TypeError, match="query must be a torch.Tensor, got ndarray"):
+        mha(x.numpy(), x, x)
+    with pytest.raises(TypeError, match=r"query must have the layer's dtype torch.float32"):
+        mha(x.double(), x.double(), x.double())
+    with pytest.raises(TypeError, match="d_model must be an int"):
+        MultiHeadAttention(8.0, 2)
+    pe = PositionalEncoding(8, 0.0, max_len=10)
+    with pytest.raises(ValueError, match="start must be >= 0"):
+        pe(x, start=-5)
+    with pytest.raises(TypeError, match="start must be an int"):
+        pe(x, start=1.5)
+    with pytest.raises(ValueError, match="length must be >= 0"):
+        length_penalty(-10, 0.6)
+    model = make_model(7, 9, n_layers=1, d_model=8, d_ff=8, n_heads=2, max_len=20).eval()
+    src = torch.tensor([[3, 4, 5]])
+    ids = {"bos_id": 1, "eos_id": 2, "pad_id": 0}
+    with pytest.raises(ValueError, match=r"pad_id must be an int in \[0, tgt_vocab=9\), got 9"):
+        greedy_decode(model, src, None, 5, **{**ids, "pad_id": 9})
+    with pytest.raises(ValueError, match="max_len must be at most the model's max_len=20"):
+        greedy_decode(model, src, None, 10**9, **ids)
+    for decode_ in (
+        lambda s: greedy_decode(model, s, None, 5, **ids),
+        lambda s: beam_search(model, s, None, 2, **ids),
+    ):
+        with pytest.raises(ValueError, match="src must hold at least one sentence, got B=0"):
+            decode_(src[:0])
+
+
+# ---- 8. The two test gaps: both attention paths for every flag; different vocabularies ---------
+
+
+@pytest.mark.parametrize("scale", [True, False])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("nan", [None, "query", "key"])
+def test_both_attention_paths_agree(scale, masked, nan):
+    from annotated.multi_head import MultiHeadAttention
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2, dropout=0.5).eval()  # dropout is off in eval mode on both paths
+    mha.scale = scale
+    q, kv = torch.randn(2, 3, 8), torch.randn(2, 4, 8)
+    if nan == "query":
+        q[0, 1, 3] = math.nan
+    elif nan == "key":
+        kv[1, 2, 0] = math.nan
+    mask = (
+        torch.tensor([[1, 1, 0, 1], [1, 0, 0, 0]], dtype=torch.bool)[:, None, None, :]
+        if masked
+        else None
+    )
+    fast = mha(q, kv, kv, mask)
+    mha.keep_weights = True
+    slow = mha(q, kv, kv, mask)
+    torch.testing.assert_close(fast, slow, equal_nan=True)
+    assert torch.equal(fast.isnan(), slow.isnan())
+    if nan == "query":
+        assert fast[0, 1].isnan().all() and not fast[1].isnan().any()
+
+
+def test_unscaled_attention_differs_from_scaled():
+    from annotated.multi_head import MultiHeadAttention
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2, dropout=0.0).eval()
+    q = torch.randn(1, 3, 8) * 3
+    scaled = mha(q, q, q)
+    mha.scale = False
+    for keep in (False, True):  # the fast path must honour scale=False too
+        mha.keep_weights = keep
+        assert not torch.allclose(mha(q, q, q), scaled)
+
+
+def test_a_model_with_different_source_and_target_vocabularies():
+    torch.manual_seed(0)
+    model = make_model(11, 17, n_layers=1, d_model=8, d_ff=16, n_heads=2, dropout=0.0).eval()
+    assert model.src_embed.lut.weight.shape == (11, 8) and model.tgt_embed.lut.weight.shape == (
+        17,
+        8,
+    )
+    src, tgt = torch.randint(1, 11, (2, 5)), torch.tensor([[1, 16, 12, 5], [15, 2, 13, 11]])
+    logits = model(src, tgt, None, None)
+    assert logits.shape == (2, 4, 17)
+    memory = model.encode(src, None)
+    with torch.no_grad():  # the encoder reads the source embedding only...
+        model.tgt_embed.lut.weight.add_(1.0)
+        assert torch.equal(model.encode(src, None), memory)
+        changed = model(src, tgt, None, None)
+        assert not torch.allclose(changed, logits)  # ...and the decoder the target one
+        model.src_embed.lut.weight.add_(1.0)
+        assert not torch.equal(model.encode(src, None), memory)
+    with pytest.raises(ValueError, match="vocab_size=11"):
+        model(tgt + 11, tgt, None, None)  # source ids >= src_vocab are refused, not looked up
+
+
+def test_loss_and_batching_reject_bad_sizes():
+    from annotated.data import token_batches
+    from annotated.training import LabelSmoothingLoss
+
+    loss = LabelSmoothingLoss(5, 0)
+    with pytest.raises(
+        ValueError, match=r"target labels must lie in \[0, vocab_size=5\), got labels from 1 to 7"
+    ):
+        loss(torch.randn(1, 2, 5), torch.tensor([[1, 7]]))
+    with pytest.raises(ValueError, match="max_tokens must be a positive int, got max_tokens=10.5"):
+        token_batches([([1, 2], [3])], max_tokens=10.5)
+
+
+def test_the_model_refuses_lists_and_masks_that_hide_everything():
+    model = make_model(7, 9, n_layers=1, d_model=8, d_ff=8, n_heads=2).eval()
+    src = torch.tensor([[3, 4, 5]])
+    with pytest.raises(TypeError, match="src must be a torch.Tensor of token ids, got list"):
+        model([[3, 4, 5]], src, None, None)
+    with pytest.raises(TypeError, match="src must be a torch.Tensor of token ids, got ndarray"):
+        model.encode(src.numpy())
+    inverted = torch.zeros(1, 1, 1, 3, dtype=torch.bool)  # ~ of a batch without padding
+    with pytest.raises(ValueError, match="src_mask hides every key from every query"):
+        model(src, src, inverted, None)
