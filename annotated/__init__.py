@@ -41,7 +41,6 @@ from annotated.training import (
     save_checkpoint,
     train_step,
 )
-from annotated.viz import attention_chart
 
 __all__ = [
     # attention (notebooks 02-04)
@@ -97,3 +96,13 @@ __all__ = [
     # grading a learner's own pieces (notebook 17)
     "check",
 ]
+
+
+def __getattr__(name: str):
+    """`attention_chart` is imported on first use: altair takes about 2 s to import, and most uses of
+    the package (the command line, the tests, most notebooks) draw no chart."""
+    if name == "attention_chart":
+        from annotated.viz import attention_chart
+
+        return attention_chart
+    raise AttributeError(f"module 'annotated' has no attribute {name!r}")

@@ -217,11 +217,19 @@ def test_sigint_in_process_saves_once_and_stops(capsys, tmp_path, monkeypatch):
 
     calls = []
     monkeypatch.setattr(cli, "global_update", interrupted_at_7)
-    err = fails(capsys, [*COPY, "--steps", "20", "--eval-every", "5", "--out", tmp_path], code=130)
+    # Python's own Ctrl-C handler, whatever the test runner installed (pytest-xdist's workers ignore
+    # SIGINT), so that the check below sees the command put back exactly what it found.
+    runner_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        err = fails(
+            capsys, [*COPY, "--steps", "20", "--eval-every", "5", "--out", tmp_path], code=130
+        )
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers put back
+    finally:
+        signal.signal(signal.SIGINT, runner_handler)
     assert err.startswith("interrupted by SIGINT at update 7: saved")
     assert load_checkpoint(tmp_path / "checkpoint.pt", restore_rng=False).step == 7
     assert listing(tmp_path) == ["checkpoint.pt", "manifest.json", "snapshot-5.pt"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers put back
 
 
 def test_periodic_checkpoints(tmp_path, monkeypatch):
