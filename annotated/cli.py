@@ -425,6 +425,19 @@ class RunFolder:
             (self.out / f"snapshot-{s}.pt").unlink(missing_ok=True)
             self.on_disk.discard(s)
 
+    def finish(self, signals: Signals | None, step: int, minutes, save: Callable[[], None]) -> None:
+        """After the loop: on a signal, save the last update (if not yet saved) and stop; a budget
+        that ended before the first update is an error, not an untrained result."""
+        if signals is not None and signals.received is not None:
+            if step and self.saved_step != step:
+                save()
+            raise self.interrupted(signals, step)
+        if step == 0:
+            raise ValueError(
+                f"the budget ended before the first update (--minutes {minutes}): nothing was "
+                "trained or saved; raise --minutes"
+            )
+
     def interrupted(self, signals: Signals, step: int) -> Stop:
         name = signal.Signals(signals.received).name
         where = (
@@ -619,15 +632,8 @@ def train_multi30k(args: argparse.Namespace, rt: Runtime) -> dict:
             epoch, position = epoch + 1, 0
             continue
         break
-    if signals is not None and signals.received is not None:
-        if step and folder.saved_step != step:
-            folder.save(model, optimizer, scheduler, step, state(), snapshots)
-        raise folder.interrupted(signals, step)
-    if step == 0:
-        raise ValueError(
-            f"the budget ended before the first update (--minutes {args.minutes}): nothing was "
-            "trained or saved; raise --minutes"
-        )
+    save = lambda: folder.save(model, optimizer, scheduler, step, state(), snapshots)  # noqa: E731
+    folder.finish(signals, step, args.minutes, save)
     wall = time.time() - started
     results = {}
     if rt.main:
@@ -983,15 +989,8 @@ def copy_run(args: argparse.Namespace, rt: Runtime) -> dict:
             log(f"step {step}  held-out exact match {now:.1%}, averaged {avg:.1%}")
         if step % args.save_every == 0:
             folder.save(model, optimizer, scheduler, step, state(), snapshots)
-    if signals is not None and signals.received is not None:
-        if step and folder.saved_step != step:
-            folder.save(model, optimizer, scheduler, step, state(), snapshots)
-        raise folder.interrupted(signals, step)
-    if step == 0:
-        raise ValueError(
-            f"the budget ended before the first update (--minutes {args.minutes}): nothing was "
-            "trained or saved; raise --minutes"
-        )
+    save = lambda: folder.save(model, optimizer, scheduler, step, state(), snapshots)  # noqa: E731
+    folder.finish(signals, step, args.minutes, save)
     wall, diff = time.time() - started, replica_max_diff(rt, model)
     if not rt.main:
         return {}

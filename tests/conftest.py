@@ -18,6 +18,15 @@ def no_fast_path():
     torch.backends.mha.set_fastpath_enabled(before)
 
 
+@pytest.fixture
+def one_thread():
+    """Tiny models run faster on one thread, and CPU contention cannot slow them down."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 # CI replays the same examples every run (a landing never hinges on a lucky draw); locally hypothesis
 # explores new ones each time.
 settings.register_profile("ci", derandomize=True, deadline=None)

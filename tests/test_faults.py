@@ -27,12 +27,7 @@ COPY = ["train", "--task", "copy", *TINY]
 NO_CUDA = not torch.cuda.is_available()
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def fails(capsys, args, code=2):

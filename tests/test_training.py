@@ -26,13 +26,7 @@ PAD, BOS, V = 0, 1, 10
 TINY = {"n_layers": 1, "d_model": 16, "d_ff": 32, "n_heads": 2}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The models here are tiny: one thread is faster, and CPU contention cannot slow it down."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def random_batch(n, gen, length=6, vocab=V):
