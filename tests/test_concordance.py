@@ -1,0 +1,78 @@
+"""Every function, section and test that the paper-to-code page (book/concordance.md) names exists.
+
+A rename in the package, a notebook or the tests then fails here instead of leaving the page wrong.
+"""
+
+import ast
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from docutils.nodes import make_id
+
+import annotated
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = (ROOT / "book" / "concordance.md").read_text(encoding="utf-8")
+sys.path.insert(0, str(ROOT / "tools"))
+from repo_url import configured_url  # noqa: E402
+
+CODE = re.compile(r'<a href="notebooks/(\w+)\.html#([\w-]+)"><code>([\w.]+)</code></a>')
+TEST = re.compile(r"\[`(test_\w+\.py)::(test_\w+)`\]\(([^)\s]+)\)")
+ROWS = [line for line in PAGE.splitlines() if line.startswith("| ") and "---" not in line]
+
+
+def test_every_row_names_code_and_a_test():
+    body = [row for row in ROWS if not row.startswith("| Paper |")]
+    assert len(body) >= 35, "the page lost rows"
+    for row in body:
+        assert CODE.search(row) or "chapter 00" in row, f"no code link in {row}"
+        assert TEST.search(row) or "chapter's own checks" in row, f"no test link in {row}"
+
+
+@pytest.mark.parametrize("name", sorted({m[2] for m in CODE.findall(PAGE)}))
+def test_named_code_exists_in_the_package(name):
+    obj = annotated
+    for part in name.split("."):
+        assert hasattr(obj, part), f"concordance names {name}, but annotated has no {part}"
+        obj = getattr(obj, part)
+
+
+def headings(notebook: str) -> set[str]:
+    cells = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text(encoding="utf-8"))
+    found = set()
+    for cell in cells["cells"]:
+        if cell["cell_type"] == "markdown":
+            for line in "".join(cell["source"]).splitlines():
+                if line.startswith("#"):
+                    found.add(make_id(line.lstrip("#").replace("`", "").strip()))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("notebook", "anchor"),
+    sorted(
+        {(m[0], m[1]) for m in CODE.findall(PAGE)}
+        | set(re.findall(r'href="notebooks/(\w+)\.html#([\w-]+)"', PAGE))
+    ),
+)
+def test_linked_sections_exist(notebook, anchor):
+    assert (ROOT / "notebooks" / f"{notebook}.ipynb").exists(), f"no notebook {notebook}"
+    assert anchor in headings(notebook), f"{notebook} has no section #{anchor}"
+
+
+def function_names(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+
+
+@pytest.mark.parametrize(("file", "name", "url"), sorted(set(TEST.findall(PAGE))))
+def test_named_tests_exist_and_links_point_at_them(file, name, url):
+    path = ROOT / "tests" / file
+    assert path.exists(), f"concordance names {file}, which does not exist"
+    assert name in function_names(path), f"{file} has no {name}"
+    assert url == f"{configured_url()}/blob/main/tests/{file}", (
+        f"{url} is not this repository's {file}"
+    )
