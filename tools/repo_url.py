@@ -39,9 +39,13 @@ def slug_of(url: str) -> str:
     return match.group(1)
 
 
+# Other projects' repositories that pages link to on purpose; every other github.com link must be ours.
+EXTERNAL = {"bentrevett/pytorch-seq2seq"}
+
+
 def files() -> list[Path]:
     found = [ROOT / "README.md", ROOT / "environment.yml", ROOT / "book" / "_config.yml"]
-    found += [ROOT / "book" / "intro.md"]
+    found += [ROOT / "book" / "intro.md", ROOT / "book" / "concordance.md"]
     found += sorted((ROOT / "notebooks").glob("*.ipynb"))
     return [p for p in found if p.exists()]
 
@@ -50,7 +54,7 @@ def mismatches(slug: str) -> list[str]:
     bad = []
     for path in files():
         for found in re.findall(SLUG, path.read_text(encoding="utf-8")):
-            if found != slug and not found.startswith(("colab", "assets")):
+            if found not in (slug, *EXTERNAL) and not found.startswith(("colab", "assets")):
                 bad.append(f"{path.relative_to(ROOT)}: names {found}, the setting is {slug}")
         if path.suffix == ".ipynb":
             continue  # chart outputs name vega.github.io/schema; the book's address is not in them
