@@ -8,8 +8,9 @@ import copy
 
 from torch import Tensor, nn
 
+from .checks import positive_int
 from .feed_forward import PositionwiseFeedForward
-from .multi_head import MultiHeadAttention
+from .multi_head import MultiHeadAttention, split_weights
 from .norm import LayerNorm, SublayerConnection
 
 # %% ../notebooks/09_encoder.ipynb #c005
@@ -17,20 +18,32 @@ class EncoderLayer(nn.Module):
     """Self-attention, then a feed-forward network, each in a residual + LayerNorm (§3.1)."""
 
     def __init__(
-        self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        scale_attention: bool = True,  # scores / sqrt(d_k) (§3.2.1); False only for an ablation
     ):
         super().__init__()
         self.d_model, self.norm_first = d_model, norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, scale=scale_attention)
         self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
         self.sublayers = nn.ModuleList(
             [SublayerConnection(d_model, dropout, norm_first) for _ in range(2)]
         )
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """x: (B, S, D); mask: bool, broadcastable to (B, H, S, S), True = may attend."""
-        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, mask))  # (B, S, D)
-        return self.sublayers[1](x, self.feed_forward)  # (B, S, D)
+        kept: list[Tensor] = []  # the self-attention weights (B, H, S, S), when asked for
+        x = self.sublayers[0](
+            x, lambda x: split_weights(self.self_attn(x, x, x, mask, need_weights=need_weights), kept)
+        )  # (B, S, D)
+        x = self.sublayers[1](x, self.feed_forward)  # (B, S, D)
+        return (x, *kept) if need_weights else x
 
 # %% ../notebooks/09_encoder.ipynb #c007
 class Encoder(nn.Module):
@@ -38,12 +51,15 @@ class Encoder(nn.Module):
 
     def __init__(self, layer: EncoderLayer, n_layers: int):
         super().__init__()
-        if n_layers < 1:
-            raise ValueError(f"n_layers must be at least 1, got {n_layers}")
+        positive_int(n_layers, "n_layers")
         self.layers = nn.ModuleList([copy.deepcopy(layer) for _ in range(n_layers)])
         self.norm = LayerNorm(layer.d_model) if layer.norm_first else nn.Identity()
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False
+    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """x: (B, S, D) -> (B, S, D); with need_weights also every layer's weights, N x (B, H, S, S)."""
+        kept: list[Tensor] = []
         for layer in self.layers:
-            x = layer(x, mask)  # (B, S, D)
-        return self.norm(x)  # (B, S, D)
+            x = split_weights(layer(x, mask, need_weights), kept)  # (B, S, D)
+        return (self.norm(x), kept) if need_weights else self.norm(x)  # (B, S, D)

@@ -7,6 +7,8 @@ __all__ = ['check_tokens', 'padding_mask', 'causal_mask']
 import torch
 from torch import Tensor
 
+from .checks import positive_int
+
 # %% ../notebooks/03_masks.ipynb #c005
 def check_tokens(tokens: Tensor, name: str = "tokens", shape: str = "(B, S)") -> None:
     """Raise a clear error unless `tokens` is a 2-D integer tensor of token ids."""
@@ -25,8 +27,7 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
 # %% ../notebooks/03_masks.ipynb #c008
 def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
     """Return True where query t may attend to key s, that is s <= t (§3.2.3)."""
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"size must be a positive int (the sequence length), got {size!r}")
+    positive_int(size, "size", "the sequence length")
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()[
         None, None
     ]  # (1, 1, T, T)

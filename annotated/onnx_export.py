@@ -20,8 +20,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .checks import positive_int
 from .data import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from .decoder import DecoderCache
 from .model import Transformer
+from .multi_head import KVCache
 
 # %% ../notebooks/19_browser.ipynb #c004
 MAX_SOURCE_TOKENS = 256  # longest source the page accepts, in subwords (Multi30k's longest: 52)
@@ -30,9 +33,8 @@ OPSET = 17  # ONNX operator set; onnxruntime-web runs it
 
 
 def export_copy(model: Transformer, max_source: int = MAX_SOURCE_TOKENS) -> Transformer:
-    """A float32 eval copy with position tables cut to the page's lengths and cross-attention weights kept."""
-    if isinstance(max_source, bool) or not isinstance(max_source, int) or max_source < 1:
-        raise ValueError(f"max_source must be a positive int, got {max_source!r}")
+    """A float32 eval copy with position tables cut to the page's lengths."""
+    positive_int(max_source, "max_source")
     model = copy.deepcopy(model).float().eval()
     for pos, rows in (
         (model.src_pos, max_source),
@@ -44,8 +46,6 @@ def export_copy(model: Transformer, max_source: int = MAX_SOURCE_TOKENS) -> Tran
         else:
             pos.pe = pos.pe[:rows].clone()  # (rows, D)
         pos.max_len = rows
-    for layer in model.decoder.layers:
-        layer.cross_attn.keep_weights = True  # the page draws them
     return model
 
 # %% ../notebooks/19_browser.ipynb #c007
@@ -66,15 +66,17 @@ class EncoderExport(nn.Module):
         return torch.stack(keys), torch.stack(values)  # (N, B, H, S, Dk) each
 
 
-def layer_caches(cross_k: Tensor, cross_v: Tensor, self_k: Tensor, self_v: Tensor) -> list[dict]:
-    """The decoder's per-layer cache (notebook 14) from stacked (N, B, H, len, Dk) tensors."""
-    return [
-        {
-            "self": {"k": self_k[i], "v": self_v[i]},  # (B, H, T, Dk)
-            "cross": {"static": True, "k": cross_k[i], "v": cross_v[i]},  # (B, H, S, Dk)
-        }
-        for i in range(cross_k.size(0))
-    ]
+def layer_caches(cross_k: Tensor, cross_v: Tensor, self_k: Tensor, self_v: Tensor) -> DecoderCache:
+    """The decoder's cache (notebook 14) from stacked (N, B, H, len, Dk) tensors."""
+    return DecoderCache(
+        [
+            (
+                KVCache(k=self_k[i], v=self_v[i]),  # (B, H, T, Dk)
+                KVCache(static=True, k=cross_k[i], v=cross_v[i]),  # (B, H, S, Dk)
+            )
+            for i in range(cross_k.size(0))
+        ]
+    )
 
 # %% ../notebooks/19_browser.ipynb #c008
 class DecoderStepExport(nn.Module):
@@ -97,13 +99,11 @@ class DecoderStepExport(nn.Module):
         # decode() checks the memory's shape; the keys and values come from the cache, so this
         # stand-in feeds nothing and the exporter drops it.
         memory = layers[0].cross_attn.merge_heads(cross_v[0])  # (B, S, D)
-        states = self.model.decode(memory, None, token, None, cache)  # (B, 1, D)
+        states, _, cross = self.model.decode(memory, None, token, None, cache, need_weights=True)
         logits = self.model.generator(states[:, -1])  # (B, V)
-        new_k = torch.stack([c["self"]["k"] for c in cache])  # (N, B, H, T + 1, Dk)
-        new_v = torch.stack([c["self"]["v"] for c in cache])  # (N, B, H, T + 1, Dk)
-        weights = torch.stack(
-            [layer.cross_attn.weights[:, :, -1] for layer in layers]
-        )  # (N, B, H, S)
+        new_k = torch.stack([s.k for s, _ in cache.layers])  # (N, B, H, T + 1, Dk)
+        new_v = torch.stack([s.v for s, _ in cache.layers])  # (N, B, H, T + 1, Dk)
+        weights = torch.stack([w[:, :, -1] for w in cross])  # (N, B, H, S)
         return logits, new_k, new_v, weights
 
 # %% ../notebooks/19_browser.ipynb #c012
@@ -121,11 +121,9 @@ class DecoderPrefixExport(nn.Module):
         memory = layers[0].cross_attn.merge_heads(cross_v[0])  # (B, S, D), for the shape checks
         T = ys.size(1)
         mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None]  # (1, 1, T, T) causal (§3.2.3)
-        states = self.model.decode(memory, None, ys, mask, cache)  # (B, T, D)
+        states, _, cross = self.model.decode(memory, None, ys, mask, cache, need_weights=True)
         logits = self.model.generator(states[:, -1])  # (B, V)
-        weights = torch.stack(
-            [layer.cross_attn.weights[:, :, -1] for layer in layers]
-        )  # (N, B, H, S)
+        weights = torch.stack([w[:, :, -1] for w in cross])  # (N, B, H, S)
         return logits, weights
 
 # %% ../notebooks/19_browser.ipynb #c014

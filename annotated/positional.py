@@ -8,25 +8,19 @@ __all__ = ['angular_frequencies', 'sinusoidal_encoding', 'relative_shift_matrix'
 import torch
 from torch import Tensor, nn
 
+from .checks import positive_int
+
 # %% ../notebooks/05_positional_encoding.ipynb #c005
-def _check_size(name: str, value: int) -> None:
-    # bool is an int subclass, but a True table width is a bug, not a size
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {name}={value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {name}={value}")
-
-
 def angular_frequencies(d_model: int) -> Tensor:
     """Return omega_i = 10000^(-2i/d_model) for each sin/cos pair i (§3.5), in float64."""
-    _check_size("d_model", d_model)
+    positive_int(d_model, "d_model")  # not a bool: True is an int, but not a table width
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(D/2),)
     return 10000.0 ** (-two_i / d_model)  # (ceil(D/2),)
 
 # %% ../notebooks/05_positional_encoding.ipynb #c006
 def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     """Build the (max_len, d_model) table PE(pos, 2i) = sin, PE(pos, 2i+1) = cos (§3.5)."""
-    _check_size("max_len", max_len)
+    positive_int(max_len, "max_len")
     omega = angular_frequencies(d_model)  # (ceil(D/2),)
     # float64 keeps pos * omega exact enough at pos ~ 5000; the result is cast back at the end
     angle = torch.arange(max_len, dtype=torch.float64)[:, None] * omega  # (max_len, ceil(D/2))
@@ -60,8 +54,8 @@ class PositionalEncoding(nn.Module):
         self.d_model, self.max_len, self.learned = d_model, max_len, learned
         self.dropout = nn.Dropout(dropout)
         if learned:  # Table 3 (E): a trained vector per position instead of the fixed table
-            _check_size("max_len", max_len)
-            _check_size("d_model", d_model)
+            positive_int(max_len, "max_len")
+            positive_int(d_model, "d_model")
             self.embedding = nn.Embedding(max_len, d_model)
         else:  # recomputable from (max_len, d_model), so kept out of the state_dict
             self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)

@@ -1,7 +1,9 @@
 """Forward + backward time of MultiHeadAttention against torch.nn.MultiheadAttention, side by side.
 
-Prints a table with the median time of each and their ratio (ours / PyTorch's; target <= 1.0).
-A benchmark prints; it never fails. Usage: python benchmarks/bench_attention.py [--repeats N]
+Prints a table with the median time of each and their ratio (ours / PyTorch's; target <= 1.0), then a
+second table: our causal self-attention given the (1, 1, T, T) mask tensor against `is_causal=True`, the
+fused kernel's own causal path (what `Transformer(..., tgt_is_causal=True)` uses), and their ratio
+(is_causal / mask; below 1.0: the fused path is faster). A benchmark prints; it never fails. Usage: python benchmarks/bench_attention.py [--repeats N]
 """
 
 from __future__ import annotations
@@ -71,6 +73,25 @@ def main() -> None:
             a, b = min(t_ours), min(t_theirs)
             label = "causal" if masked else "none"
             print(f"{B:>4} {T:>4} {D:>4} {H:>2} {label:>6} {a:9.2f} {b:9.2f} {a / b:6.2f}")
+    causal_via_mask_or_flag(args.repeats, device)
+
+
+def causal_via_mask_or_flag(repeats: int, device: torch.device) -> None:
+    """Our layer's causal self-attention: the mask tensor against the fused kernel's is_causal."""
+    print("\ncausal self-attention, forward + backward: mask tensor vs is_causal=True")
+    print(f"{'B':>4} {'T':>4} {'D':>4} {'H':>2} {'mask ms':>9} {'causal ms':>9} {'ratio':>6}")
+    for B, T, D, H in SHAPES:
+        torch.manual_seed(0)
+        layer = MultiHeadAttention(D, H, dropout=0.0).to(device)
+        x = torch.randn(B, T, D, device=device, requires_grad=True)
+        with_mask = partial(forward_backward, layer, x, {"mask": causal_mask(T, device=device)})
+        with_flag = partial(forward_backward, layer, x, {"is_causal": True})
+        t_mask, t_flag = [], []
+        for _ in range(2):  # alternate, twice, as above
+            t_mask.append(median_ms(with_mask, repeats, warmup=3))
+            t_flag.append(median_ms(with_flag, repeats, warmup=3))
+        a, b = min(t_mask), min(t_flag)
+        print(f"{B:>4} {T:>4} {D:>4} {H:>2} {a:9.2f} {b:9.2f} {b / a:6.2f}")
 
 
 if __name__ == "__main__":

@@ -97,5 +97,5 @@ def test_gradients_reach_every_parameter():
 
 
 def test_n_layers_must_be_positive():
-    with pytest.raises(ValueError, match="n_layers must be at least 1, got 0"):
+    with pytest.raises(ValueError, match="n_layers must be a positive int, got 0"):
         Decoder(DecoderLayer(16, 2, 32), 0)

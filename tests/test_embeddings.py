@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.testing import assert_close
 
-from annotated.embeddings import Embeddings
+from annotated.embeddings import Embeddings, values_are_free
 
 
 @settings(max_examples=20, deadline=None)
@@ -72,3 +72,13 @@ def test_out_of_range_ids_raise(ids, message):
 def test_non_integer_ids_raise(dtype):
     with pytest.raises(TypeError, match=rf"tokens must be an integer tensor .* got dtype={dtype}"):
         Embeddings(10, 4)(torch.zeros(1, 3, dtype=dtype))
+
+
+def test_ids_are_read_only_where_that_costs_no_wait():
+    """Off the CPU the range check would wait for the device at every step: it is skipped there.
+
+    A tensor on the `meta` device has no values, so reading one (min/max) would raise."""
+    emb = Embeddings(10, 4).to("meta")
+    out = emb(torch.zeros(2, 3, dtype=torch.long, device="meta"))
+    assert out.shape == (2, 3, 4)
+    assert values_are_free(torch.zeros(1)) and not values_are_free(torch.zeros(1, device="meta"))

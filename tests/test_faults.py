@@ -527,8 +527,7 @@ def test_both_attention_paths_agree(scale, masked, nan):
         else None
     )
     fast = mha(q, kv, kv, mask)
-    mha.keep_weights = True
-    slow = mha(q, kv, kv, mask)
+    slow, _ = mha(q, kv, kv, mask, need_weights=True)
     torch.testing.assert_close(fast, slow, equal_nan=True)
     assert torch.equal(fast.isnan(), slow.isnan())
     if nan == "query":
@@ -543,9 +542,9 @@ def test_unscaled_attention_differs_from_scaled():
     q = torch.randn(1, 3, 8) * 3
     scaled = mha(q, q, q)
     mha.scale = False
-    for keep in (False, True):  # the fast path must honour scale=False too
-        mha.keep_weights = keep
-        assert not torch.allclose(mha(q, q, q), scaled)
+    for need_weights in (False, True):  # the fast path must honour scale=False too
+        out = mha(q, q, q, need_weights=need_weights)
+        assert not torch.allclose(out[0] if need_weights else out, scaled)
 
 
 def test_a_model_with_different_source_and_target_vocabularies():

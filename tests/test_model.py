@@ -6,8 +6,10 @@ import pytest
 import torch
 from torch import nn
 
+from annotated.decoder import DecoderCache
 from annotated.masks import causal_mask, padding_mask
 from annotated.model import TransformerConfig, make_model
+from annotated.multi_head import MultiHeadAttention
 
 from torch_reference import copy_decoder_layer, copy_encoder_layer, copy_stack, randomize
 
@@ -204,8 +206,12 @@ def test_bad_input_is_rejected():
         model(SRC, TGT, src_mask[..., :4], tgt_mask)
     with pytest.raises(ValueError, match=r"tgt_mask of shape \(1, 1, 5, 5\) cannot broadcast"):
         model(SRC, TGT, src_mask, causal_mask(5))
-    with pytest.raises(TypeError, match=r"tokens must be an integer tensor|torch.long"):
+    with pytest.raises(TypeError, match=r"src must be an integer tensor.*torch.float32"):
         model(SRC.float(), TGT, src_mask, tgt_mask)
+    with pytest.raises(ValueError, match=r"tgt must have shape \(B, T\), got \(4,\)"):
+        model(SRC, TGT[0], src_mask, tgt_mask)
+    with pytest.raises(ValueError, match=r"tgt_is_causal=True replaces tgt_mask"):
+        model(SRC, TGT, src_mask, tgt_mask, tgt_is_causal=True)
     long_src = torch.ones(2, 9, dtype=torch.long)
     with pytest.raises(ValueError, match=r"sequence length 9 exceeds max_len=8"):
         model(long_src, TGT, padding_mask(long_src, 0), tgt_mask)
@@ -218,18 +224,58 @@ def test_step_by_step_decoding_with_cache_equals_full_decoding(norm_first):
     tgt = torch.randint(1, 11, (2, 6))
     memory = model.encode(SRC, src_mask)
     full = model.decode(memory, src_mask, tgt, causal_mask(6))  # (B, T, D)
-    cache: list[dict] = []
+    cache = DecoderCache()
     steps = [model.decode(memory, src_mask, tgt[:, t : t + 1], None, cache) for t in range(6)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
-    assert cache[0]["self"]["k"].shape == (2, 4, 6, 8)  # (B, H, T so far, Dk)
-    assert cache[0]["cross"]["k"].shape == (2, 4, 5, 8)  # the memory, projected once
+    self_kv, cross_kv = cache.layers[0]
+    assert cache.length == 6 and len(cache.layers) == 2
+    assert self_kv.k.shape == (2, 4, 6, 8)  # (B, H, T so far, Dk)
+    assert cross_kv.k.shape == (2, 4, 5, 8)  # the memory, projected once
 
 
 def test_cache_respects_the_positional_encoding_limit():
     model = small_model(max_len=3)
     memory = model.encode(SRC[:, :3])
-    cache: list[dict] = []
+    cache = DecoderCache()
     for t in range(3):
         model.decode(memory, None, TGT[:, t : t + 1], None, cache)
     with pytest.raises(ValueError, match=r"sequence length 4 exceeds max_len=3"):
         model.decode(memory, None, TGT[:, :1], None, cache)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_tgt_is_causal_equals_the_padding_and_causal_mask_at_real_positions(norm_first):
+    model = small_model(norm_first=norm_first)
+    src_mask, tgt_mask = masks(SRC, TGT)
+    fused = model(SRC, TGT, src_mask, tgt_is_causal=True)  # the kernel's own causal mask
+    real = TGT != 0  # (B, T): the target is padded on the right only
+    torch.testing.assert_close(fused[real], model(SRC, TGT, src_mask, tgt_mask)[real])
+    exact = model(SRC, TGT, src_mask, causal_mask(4))  # no padding: the very same mask
+    torch.testing.assert_close(fused, exact)
+    cache = DecoderCache()
+    model.decode(model.encode(SRC, src_mask), src_mask, TGT[:, :1], None, cache)
+    with pytest.raises(ValueError, match=r"tgt_is_causal=True needs an empty cache, got 1 cached"):
+        model.decode(
+            model.encode(SRC, src_mask), src_mask, TGT[:, 1:], None, cache, tgt_is_causal=True
+        )
+
+
+def test_attention_weights_are_returned_on_request():
+    model = small_model()
+    src_mask, tgt_mask = masks(SRC, TGT)
+    logits, weights = model(SRC, TGT, src_mask, tgt_mask, need_weights=True)
+    torch.testing.assert_close(logits, model(SRC, TGT, src_mask, tgt_mask))
+    assert [w.shape for w in weights.encoder] == [(2, 4, 5, 5)] * 2  # N x (B, H, S, S)
+    assert [w.shape for w in weights.decoder] == [(2, 4, 4, 4)] * 2  # N x (B, H, T, T)
+    assert [w.shape for w in weights.cross] == [(2, 4, 4, 5)] * 2  # N x (B, H, T, S)
+    for w in weights.encoder + weights.cross:  # nothing on the source pad of sentence 2
+        assert (w[1, ..., 4] == 0).all()
+    assert all((w.triu(1) == 0).all() for w in weights.decoder)  # causal
+
+
+def test_scale_attention_reaches_every_attention_layer():
+    """The configuration flows down through the constructors, no walk over the modules afterwards."""
+    for scale in (True, False):
+        model = make_model(11, 11, **SMALL, scale_attention=scale)
+        layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+        assert len(layers) == 3 * SMALL["n_layers"] and all(m.scale is scale for m in layers)

@@ -10,6 +10,8 @@ from annotated.attention import attention
 from annotated.masks import causal_mask, padding_mask
 from annotated.multi_head import MultiHeadAttention
 
+from torch_reference import copy_attention
+
 
 def make_pair(d_model: int, n_heads: int, seed: int = 0, bias: bool = True):
     """Our layer and PyTorch's, in eval mode, dropout 0, sharing the same weights."""
@@ -18,12 +20,7 @@ def make_pair(d_model: int, n_heads: int, seed: int = 0, bias: bool = True):
     theirs = nn.MultiheadAttention(
         d_model, n_heads, dropout=0.0, bias=bias, batch_first=True
     ).eval()
-    with torch.no_grad():  # PyTorch packs W_q, W_k, W_v into one in_proj_weight (3D, D)
-        theirs.in_proj_weight.copy_(torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight]))
-        theirs.out_proj.weight.copy_(ours.W_o.weight)
-        if bias:
-            theirs.in_proj_bias.copy_(torch.cat([ours.W_q.bias, ours.W_k.bias, ours.W_v.bias]))
-            theirs.out_proj.bias.copy_(ours.W_o.bias)
+    copy_attention(ours, theirs)
     return ours, theirs
 
 
@@ -40,43 +37,57 @@ def run_theirs(theirs, q, k, v, **kw):
     return theirs(q, k, v, need_weights=False, **kw)[0]
 
 
-@pytest.mark.parametrize("keep_weights", [False, True])
+def run_ours(ours, q, k, v, need_weights: bool, **kw):
+    """Our layer's output through the fused kernel, or through Eq. 1 when the weights are asked for."""
+    out = ours(q, k, v, need_weights=need_weights, **kw)
+    return out[0] if need_weights else out
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
 @pytest.mark.parametrize("bias", [True, False])
-def test_equals_torch_without_mask(keep_weights, bias):
+def test_equals_torch_without_mask(need_weights, bias):
     ours, theirs = make_pair(32, 4, bias=bias)
-    ours.keep_weights = keep_weights
     q, kv = torch.randn(3, 5, 32), torch.randn(3, 7, 32)  # cross-attention: T=5, S=7
-    torch.testing.assert_close(ours(q, kv, kv), run_theirs(theirs, q, kv, kv))
+    torch.testing.assert_close(
+        run_ours(ours, q, kv, kv, need_weights), run_theirs(theirs, q, kv, kv)
+    )
 
 
-@pytest.mark.parametrize("keep_weights", [False, True])
-def test_equals_torch_with_padding_mask(keep_weights):
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_equals_torch_with_padding_mask(need_weights):
     ours, theirs = make_pair(32, 8)
-    ours.keep_weights = keep_weights
     tokens = torch.tensor([[3, 4, 5, 6, 7, 8], [3, 4, 5, 0, 0, 0], [9, 0, 0, 0, 0, 0]])
     x = torch.randn(3, 6, 32)
     mask = padding_mask(tokens, 0)  # (B, 1, 1, S), True = attend
     expected = run_theirs(theirs, x, x, x, key_padding_mask=~mask[:, 0, 0])  # theirs: True = ignore
-    torch.testing.assert_close(ours(x, x, x, mask=mask), expected)
+    torch.testing.assert_close(run_ours(ours, x, x, x, need_weights, mask=mask), expected)
 
 
-@pytest.mark.parametrize("keep_weights", [False, True])
-def test_equals_torch_with_causal_mask(keep_weights):
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_equals_torch_with_causal_mask(need_weights):
     ours, theirs = make_pair(16, 2)
-    ours.keep_weights = keep_weights
     x = torch.randn(2, 9, 16)
     expected = run_theirs(theirs, x, x, x, attn_mask=~causal_mask(9)[0, 0])
-    torch.testing.assert_close(ours(x, x, x, mask=causal_mask(9)), expected)
+    torch.testing.assert_close(run_ours(ours, x, x, x, need_weights, mask=causal_mask(9)), expected)
 
 
-def test_kept_weights_match_torch_average_and_shape():
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_is_causal_equals_torch_with_causal_mask(need_weights):
+    """is_causal=True (the fused kernel's own causal mask) against PyTorch given the mask tensor."""
+    ours, theirs = make_pair(16, 2)
+    x = torch.randn(2, 9, 16)
+    expected = run_theirs(theirs, x, x, x, attn_mask=~causal_mask(9)[0, 0])
+    torch.testing.assert_close(run_ours(ours, x, x, x, need_weights, is_causal=True), expected)
+    torch.testing.assert_close(ours(x, x, x, is_causal=True), ours(x, x, x, mask=causal_mask(9)))
+
+
+def test_returned_weights_match_torch_average_and_shape():
     ours, theirs = make_pair(16, 4)
-    ours.keep_weights = True
     x = torch.randn(2, 5, 16)
-    ours(x, x, x, mask=causal_mask(5))
-    assert ours.weights.shape == (2, 4, 5, 5)
+    _, weights = ours(x, x, x, mask=causal_mask(5), need_weights=True)
+    assert weights.shape == (2, 4, 5, 5)
     _, their_weights = theirs(x, x, x, attn_mask=~causal_mask(5)[0, 0], average_attn_weights=False)
-    torch.testing.assert_close(ours.weights, their_weights)
+    torch.testing.assert_close(weights, their_weights)
 
 
 @settings(max_examples=20, deadline=None)
@@ -96,8 +107,7 @@ def test_equals_torch_over_random_shapes(batch, t, s, n_heads, d_k, seed):
     mask = (torch.arange(s)[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, S)
     expected = run_theirs(theirs, q, kv, kv, key_padding_mask=~mask[:, 0, 0])
     torch.testing.assert_close(ours(q, kv, kv, mask=mask), expected)
-    ours.keep_weights = True
-    torch.testing.assert_close(ours(q, kv, kv, mask=mask), expected)
+    torch.testing.assert_close(ours(q, kv, kv, mask=mask, need_weights=True)[0], expected)
 
 
 def test_equals_h_separate_single_head_attentions():
@@ -147,27 +157,28 @@ def test_causality_future_keys_cannot_change_earlier_outputs():
     assert not torch.allclose(out_x[:, 5:], out_y[:, 5:])
 
 
-@pytest.mark.parametrize("keep_weights", [False, True])
-def test_pad_keys_and_values_cannot_change_outputs(keep_weights):
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_pad_keys_and_values_cannot_change_outputs(need_weights):
     torch.manual_seed(0)
     mha = MultiHeadAttention(16, 4, dropout=0.0).eval()
-    mha.keep_weights = keep_weights
     tokens = torch.tensor([[5, 6, 7, 0, 0]])
     q, kv = torch.randn(1, 3, 16), torch.randn(1, 5, 16)
     kv2 = kv.clone()
     kv2[:, 3:] = 100 * torch.randn(1, 2, 16)
     mask = padding_mask(tokens, 0)
-    torch.testing.assert_close(mha(q, kv, kv, mask=mask), mha(q, kv2, kv2, mask=mask))
+    torch.testing.assert_close(
+        run_ours(mha, q, kv, kv, need_weights, mask=mask),
+        run_ours(mha, q, kv2, kv2, need_weights, mask=mask),
+    )
 
 
-@pytest.mark.parametrize("keep_weights", [False, True])
-def test_fully_masked_row_is_finite(keep_weights):
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_fully_masked_row_is_finite(need_weights):
     mha = MultiHeadAttention(8, 2, dropout=0.0).eval()
-    mha.keep_weights = keep_weights
     x = torch.randn(1, 3, 8, requires_grad=True)
     mask = torch.zeros(1, 1, 3, 3, dtype=torch.bool)
     mask[..., 0, :] = True  # only query 0 may look at anything
-    out = mha(x, x, x, mask=mask)
+    out = run_ours(mha, x, x, x, need_weights, mask=mask)
     assert torch.isfinite(out).all()
     out.sum().backward()
     assert torch.isfinite(x.grad).all()
@@ -222,31 +233,3 @@ def test_bad_input_shapes_are_rejected(shapes, match):
     q, k, v = (torch.randn(*s) for s in shapes)
     with pytest.raises(ValueError, match=match):
         mha(q, k, v)
-
-
-@pytest.mark.parametrize(
-    ("mask", "error", "match"),
-    [
-        (torch.ones(2, 1, 1, 5), TypeError, r"mask must have dtype torch.bool.*got torch.float32"),
-        (
-            torch.ones(2, 1, 1, 5, dtype=torch.int64),
-            TypeError,
-            r"mask must have dtype torch.bool.*torch.int64",
-        ),
-        (
-            torch.ones(2, 1, 1, 4, dtype=torch.bool),
-            ValueError,
-            r"mask of shape \(2, 1, 1, 4\) cannot broadcast.*\(2, 4, 5, 5\)",
-        ),
-        (
-            torch.ones(3, 1, 1, 5, dtype=torch.bool),
-            ValueError,
-            r"mask of shape \(3, 1, 1, 5\) cannot broadcast",
-        ),
-    ],
-)
-def test_bad_masks_are_rejected(mask, error, match):
-    mha = MultiHeadAttention(16, 4)
-    x = torch.randn(2, 5, 16)
-    with pytest.raises(error, match=match):
-        mha(x, x, x, mask=mask)

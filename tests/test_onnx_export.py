@@ -61,11 +61,12 @@ def test_cross_attention_equals_pytorch(runner, python_model):
         src = torch.tensor([encode(tok, sentence)])  # (1, S)
         tokens, attention = runner.greedy(src[0].tolist())  # attention: (T, N, H, S)
         ys = torch.tensor([[BOS_ID, *tokens]])  # (1, T)
-        copy = export_copy(model)  # keeps the cross-attention weights
+        copy = export_copy(model)
         with torch.no_grad():
-            copy.decode(copy.encode(src), None, ys, causal_mask(ys.size(1)))
-        for n, layer in enumerate(copy.decoder.layers):
-            theirs = layer.cross_attn.weights[0].numpy()  # (H, T, S)
+            memory = copy.encode(src)  # (1, S, D)
+            _, _, cross = copy.decode(memory, None, ys, causal_mask(ys.size(1)), need_weights=True)
+        for n, weights in enumerate(cross):
+            theirs = weights[0].numpy()  # (H, T, S)
             np.testing.assert_allclose(attention[:, n].transpose(1, 0, 2), theirs, atol=1e-5)
 
 

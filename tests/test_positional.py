@@ -163,13 +163,15 @@ def test_bad_input_shape_raises(shape):
 
 
 def test_bad_sizes_raise():
-    with pytest.raises(ValueError, match=r"max_len must be a positive integer, got max_len=0"):
+    with pytest.raises(ValueError, match=r"max_len must be a positive int, got 0"):
         sinusoidal_encoding(0, 8)
-    with pytest.raises(ValueError, match=r"d_model must be a positive integer, got d_model=-2"):
+    with pytest.raises(ValueError, match=r"d_model must be a positive int, got -2"):
         sinusoidal_encoding(4, -2)
-    with pytest.raises(TypeError, match=r"d_model must be an int, got d_model=8.0"):
+    with pytest.raises(ValueError, match=r"d_model must be a positive int, got 8.0"):
         angular_frequencies(8.0)
-    with pytest.raises(ValueError, match=r"max_len must be a positive integer, got max_len=0"):
+    with pytest.raises(ValueError, match=r"d_model must be a positive int, got True"):
+        angular_frequencies(True)
+    with pytest.raises(ValueError, match=r"max_len must be a positive int, got 0"):
         PositionalEncoding(d_model=8, max_len=0, learned=True)
     with pytest.raises(ValueError, match=r"d_model must be even, got d_model=7"):
         relative_shift_matrix(1, 7)

@@ -9,9 +9,11 @@ from torch import nn
 
 
 def copy_attention(ours, theirs: nn.MultiheadAttention) -> None:
+    """W_q, W_k, W_v stacked into in_proj_weight (3D, D); W_o into out_proj; biases when both have them."""
     with torch.no_grad():
         theirs.in_proj_weight.copy_(torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight]))
-        theirs.in_proj_bias.copy_(torch.cat([ours.W_q.bias, ours.W_k.bias, ours.W_v.bias]))
+        if theirs.in_proj_bias is not None:
+            theirs.in_proj_bias.copy_(torch.cat([ours.W_q.bias, ours.W_k.bias, ours.W_v.bias]))
         theirs.out_proj.load_state_dict(ours.W_o.state_dict())
 
 
