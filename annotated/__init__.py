@@ -6,7 +6,8 @@ this file, written by hand, re-exports the public API.
 
 from annotated import check
 from annotated.attention import attention
-from annotated.copy_task import COPY_MODEL, average_weights, copy_batches, copy_model, exact_match
+from annotated.checkpoint import load_checkpoint, save_checkpoint
+from annotated.copy_task import COPY_MODEL, copy_batches, copy_model, exact_match, simple_greedy_decode
 from annotated.data import (
     corpus_bleu,
     load_multi30k,
@@ -30,15 +31,19 @@ from annotated.positional import (
     relative_shift_matrix,
     sinusoidal_encoding,
 )
+from annotated.tasks import PRESETS, TASKS, RunConfig, Task
 from annotated.training import (
+    SPECIAL_IDS,
     Batch,
     LabelSmoothingLoss,
+    Snapshots,
+    SpecialIds,
     Trainer,
-    load_checkpoint,
+    average_weights,
     make_optimizer,
     noam_lr,
     noam_scheduler,
-    save_checkpoint,
+    strip_specials,
     train_step,
 )
 
@@ -72,13 +77,19 @@ __all__ = [
     "make_optimizer",
     "train_step",
     "Trainer",
+    "average_weights",
+    "Snapshots",
+    "SpecialIds",
+    "SPECIAL_IDS",
+    "strip_specials",
+    # checkpoints (notebook 12b)
     "save_checkpoint",
     "load_checkpoint",
     # the copy task (notebook 13)
     "copy_batches",
     "copy_model",
     "exact_match",
-    "average_weights",
+    "simple_greedy_decode",
     "COPY_MODEL",
     # decoding (notebook 14)
     "greedy_decode",
@@ -91,6 +102,11 @@ __all__ = [
     "token_batches",
     "corpus_bleu",
     "tokenized_bleu",
+    # tasks, run configurations and presets (notebook 23)
+    "Task",
+    "TASKS",
+    "RunConfig",
+    "PRESETS",
     # figures
     "attention_chart",
     # grading a learner's own pieces (notebook 17)

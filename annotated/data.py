@@ -5,15 +5,17 @@ __all__ = ['MULTI30K_URL', 'MULTI30K_SHA256', 'MULTI30K_SIZES', 'MULTI30K_ENV', 
            'EOS_ID', 'UNK_ID', 'sha256_of', 'check_sha256', 'download_multi30k_file', 'multi30k_path', 'Pair',
            'load_multi30k', 'train_tokenizer', 'save_tokenizer', 'load_tokenizer', 'encode', 'decode', 'encode_pairs',
            'pad_batch', 'length_batches', 'token_batches', 'pad_fraction', 'Bleu', 'corpus_bleu', 'simple_tokenize',
-           'tokenized_bleu']
+           'tokenized_bleu', 'translate_ids', 'bleu_report', 'evaluate_loss']
 
 # %% ../notebooks/15_translation.ipynb #c002
 # Shapes: B batch, S source length, T target length (without BOS and EOS), V vocab.
 import gzip
 import hashlib
+import math
 import os
 import random
 import re
+import time
 import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -22,9 +24,12 @@ from typing import NamedTuple
 import sacrebleu
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-from torch import Tensor
+from torch import Tensor, nn
 
-from .training import atomic_write
+from .checkpoint import atomic_write
+from .decoding import beam_search, greedy_decode
+from .masks import padding_mask
+from .training import SPECIAL_IDS, Batch, LabelSmoothingLoss, strip_specials
 
 # %% ../notebooks/15_translation.ipynb #c005
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"
@@ -132,8 +137,8 @@ def load_multi30k(
     return [Pair(de, en) for de, en in zip(*sides, strict=True)]
 
 # %% ../notebooks/15_translation.ipynb #c018
-SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")  # their ids are their positions
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
+SPECIALS = SPECIAL_IDS.names  # "<pad>", "<bos>", "<eos>", "<unk>": their ids are their positions
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = SPECIAL_IDS.pad, SPECIAL_IDS.bos, SPECIAL_IDS.eos, SPECIAL_IDS.unk
 
 
 def train_tokenizer(pairs: Iterable[tuple[str, str]], vocab_size: int = 8000) -> Tokenizer:
@@ -253,7 +258,8 @@ def token_batches(
             f"need world_size >= 1 and 0 <= rank < world_size, got rank={rank}, world_size={world_size}"
         )
     lengths = [(len(src), len(tgt) + 2) for src, tgt in examples]  # the target gains <bos>, <eos>
-    mine = length_batches(lengths, max_tokens, shuffle, seed)[rank::world_size]
+    batches = length_batches(lengths, max_tokens, shuffle, seed)
+    mine = batches[rank::world_size][: len(batches) // world_size]  # the same count on every rank
     return (pad_batch([examples[i] for i in batch]) for batch in mine)
 
 
@@ -307,3 +313,68 @@ def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> Bleu
     metric = sacrebleu.BLEU(tokenize="none", lowercase=True)
     score = metric.corpus_score(hyps, [refs])
     return Bleu(score.score, str(metric.get_signature()))
+
+# %% ../notebooks/15_translation.ipynb #c046a
+@torch.no_grad()
+def translate_ids(
+    model,
+    sources: list[list[int]],
+    beam: int,
+    alpha: float,
+    device: torch.device,
+    batch_size: int = 64,
+) -> list[list[int]]:
+    """Decode each source (token ids) greedily (beam=1) or with beam search; return ids without specials."""
+    model.eval()
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))  # similar lengths together
+    out: list[list[int]] = [[] for _ in sources]
+    ids = dict(bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID)
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        src, _ = pad_batch([(sources[i], [0]) for i in idx])
+        src = src.to(device)  # (B, S)
+        mask = padding_mask(src, PAD_ID)  # (B, 1, 1, S)
+        if beam == 1:
+            ys = greedy_decode(model, src, mask, None, **ids)
+        else:
+            ys = beam_search(model, src, mask, beam, alpha, **ids)
+        for i, row in zip(idx, ys.tolist(), strict=True):
+            out[i] = strip_specials(row)
+    return out
+
+
+def bleu_report(model, tok, pairs, beam: int, alpha: float, device, n_samples: int = 5) -> dict:
+    """Translate the German side of `pairs`, score against the English side both ways."""
+    started = time.time()
+    sources = [encode(tok, p.de) for p in pairs]
+    hyps = [decode(tok, ids) for ids in translate_ids(model, sources, beam, alpha, device)]
+    refs = [p.en for p in pairs]
+    detok, lower = corpus_bleu(hyps, refs), tokenized_bleu(hyps, refs)
+    return {
+        "beam": beam,
+        "alpha": alpha if beam > 1 else None,
+        "bleu": round(detok.score, 2),
+        "bleu_signature": detok.signature,
+        "tokenized_bleu": round(lower.score, 2),
+        "tokenized_bleu_signature": lower.signature,
+        "seconds": round(time.time() - started, 1),
+        "samples": [
+            {"de": p.de, "reference": p.en, "translation": h}
+            for p, h in zip(pairs[:n_samples], hyps[:n_samples], strict=True)
+        ],
+    }
+
+
+@torch.no_grad()
+def evaluate_loss(model: nn.Module, examples, max_tokens: int, device: torch.device) -> dict:
+    """Cross-entropy per target token and perplexity on a list of encoded pairs."""
+    loss_fn = LabelSmoothingLoss(model.cfg.tgt_vocab, PAD_ID, smoothing=0.0)
+    model.eval()
+    total, tokens = 0.0, 0
+    for src, tgt in token_batches(examples, max_tokens, shuffle=False):
+        b = Batch(src, tgt, PAD_ID).to(device)
+        logits = model(b.src, b.tgt_in, b.src_mask, b.tgt_mask)
+        total += loss_fn(logits, b.tgt_out).item()
+        tokens += b.n_tokens
+    loss = total / tokens
+    return {"loss": loss, "perplexity": math.exp(loss)}

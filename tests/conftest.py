@@ -32,3 +32,16 @@ def one_thread():
 settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+def random_batch(n, gen, length=6, vocab=10, pad=0, bos=1):
+    """`n` random sentences (src (n, length), tgt (n, length + 1) starting with BOS), each cut to a
+    random length of at least one label and padded; the symbols are 3 .. vocab - 1. Import it with
+    `from conftest import random_batch` (pytest puts tests/ on the path)."""
+    src = torch.randint(3, vocab, (n, length), generator=gen)
+    body = torch.randint(3, vocab, (n, length), generator=gen)
+    tgt = torch.cat([torch.full((n, 1), bos), body], dim=1)  # (n, length + 1)
+    for i in range(n):
+        cut = int(torch.randint(1, length + 1, (1,), generator=gen))
+        src[i, cut:], tgt[i, cut + 1 :] = pad, pad
+    return src, tgt

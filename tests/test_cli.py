@@ -3,15 +3,21 @@
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
+from dataclasses import asdict, fields
+from itertools import islice
 from pathlib import Path
 
 import pytest
 import torch
 
+import annotated.cli as cli
+from annotated.checkpoint import load_checkpoint
 from annotated.cli import build_parser, main
-from annotated.training import load_checkpoint
+from annotated.data import token_batches
+from annotated.model import TransformerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("ANNOTATED_MULTI30K_DIR") or ROOT.parent / "shared/data/multi30k")
@@ -225,3 +231,124 @@ def test_translate_from_arguments_and_stdin(multi30k_run):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.split("\n")[:-1]
     assert len(lines) == 3 and lines[0] and lines[1] == "" and lines[2]  # one per input line
+
+
+# ---- The option -> RunConfig mapping, presets, old option names ---------------------------------
+
+# Every option `train` accepted before the run configuration was derived from TransformerConfig.
+OLD_TRAIN_OPTIONS = {
+    "--task": "copy", "--out": "x", "--results": "x.json", "--steps": "3", "--minutes": "1.5",
+    "--n-layers": "1", "--d-model": "16", "--d-ff": "32", "--n-heads": "2", "--dropout": "0.2",
+    "--norm-first": None, "--learned-positions": None, "--no-scale": None,
+    "--embedding-init": "normal", "--label-smoothing": "0.2", "--warmup": "7", "--lr-factor": "2",
+    "--eval-every": "5", "--log-every": "6", "--average": "3", "--save-every": "4", "--seed": "9",
+    "--device": "cpu", "--max-tokens": "512", "--vocab-size": "300", "--beam": "2", "--alpha": "0.5",
+    "--test-split": "val", "--no-test": None, "--export-half": "h.pt", "--data-dir": "d",
+    "--seq-len": "8", "--min-len": "2", "--copy-vocab": "9", "--batch-size": "16", "--eval-size": "20",
+}  # fmt: skip
+
+
+def train_config(*args):
+    from annotated.tasks import run_config
+
+    return run_config(vars(build_parser().parse_args(["train", *args])))
+
+
+def test_old_option_names_still_work_and_reach_the_config():
+    argv = [a for flag, value in OLD_TRAIN_OPTIONS.items() for a in (flag, value) if a is not None]
+    cfg = train_config(*argv)
+    assert (cfg.task, cfg.steps, cfg.minutes, cfg.results) == ("copy", 3, 1.5, "x.json")
+    assert cfg.model_overrides() == {
+        "n_layers": 1, "d_model": 16, "d_ff": 32, "n_heads": 2, "dropout": 0.2,
+        "norm_first": True, "learned_positions": True, "scale_attention": False,
+        "embedding_init": "normal",
+    }  # fmt: skip
+    assert (cfg.warmup, cfg.lr_factor, cfg.eval_every, cfg.save_every) == (7, 2.0, 5, 4)
+    assert (cfg.max_tokens, cfg.test_split, cfg.no_test, cfg.copy_vocab) == (512, "val", True, 9)
+    assert cfg.with_task_defaults() == cfg  # nothing left for the task to fill in
+
+
+def test_every_model_field_is_an_option_and_the_defaults_are_the_papers():
+    from annotated.model import TransformerConfig
+    from annotated.tasks import MODEL_FIELDS
+
+    decided = {"src_vocab", "tgt_vocab", "shared_vocab"}  # by the task's data
+    assert {f.name for f in MODEL_FIELDS} == {f.name for f in fields(TransformerConfig)} - decided
+    text = parsers()["train"].format_help()
+    for f in MODEL_FIELDS:
+        name = f.name.replace("_", "-")
+        assert f"--{name}" in text or f"--no-{name}" in text, f.name
+    cfg = train_config("--steps", "1")
+    assert cfg.model_overrides() == {}  # no option given: the paper's model
+    filled = cfg.with_task_defaults()
+    assert (filled.warmup, filled.embedding_init, filled.save_every) == (4000, "normal", 200)
+    assert train_config("--no-scale-attention").scale_attention is False  # the new name too
+    assert train_config("--no-tie-output").model_overrides() == {"tie_output": False}
+
+
+def test_the_cpu_preset_is_the_recorded_recipe_and_given_options_win(monkeypatch):
+    from annotated.tasks import PRESETS
+
+    record = json.loads((ROOT / "results" / "multi30k" / "results.json").read_text())
+    seen = {}
+    monkeypatch.setattr(cli, "cmd_train", lambda args: seen.update(vars(args)) or 0)
+    assert main(["train", "--preset", "multi30k-cpu-60min", "--max-tokens", "2048"]) == 0
+    cfg = run_config_of(seen)
+    assert cfg.max_tokens == 2048  # given beside the preset: wins
+    assert cfg.minutes == 60 and cfg.warmup == 500 and cfg.lr_factor == 0.5
+    model = TransformerConfig(8000, 8000, shared_vocab=True, **cfg.model_overrides())
+    assert asdict(model) == record["config"]  # the model of results/multi30k
+    recorded = shlex.split(record["command"])
+    for key in ("warmup", "lr_factor", "eval_every", "log_every", "average"):
+        flag = "--" + key.replace("_", "-")
+        assert str(PRESETS["multi30k-cpu-60min"][key]) == recorded[recorded.index(flag) + 1]
+    assert recorded[recorded.index("--max-tokens") + 1] == "1024"  # the preset's own value
+    assert PRESETS["multi30k-cpu-60min"]["max_tokens"] == 1024
+    plain = run_config_of(vars(build_parser().parse_args(["train"])))
+    assert plain.d_model is None and plain.minutes is None  # without a preset: the paper's defaults
+
+
+def run_config_of(options):
+    from annotated.tasks import run_config
+
+    return run_config(options)
+
+
+def test_task_choices_come_from_the_registry(monkeypatch):
+    from annotated import tasks
+
+    class Reverse(tasks.CopyTask):
+        name = "reverse"
+
+    monkeypatch.setitem(tasks.TASKS, "reverse", Reverse)
+    monkeypatch.setattr(cli, "TASKS", tasks.TASKS)
+    assert build_parser().parse_args(["train", "--task", "reverse"]).task == "reverse"
+    help_text = " ".join(parsers()["train"].format_help().split())
+    assert "{multi30k,copy,reverse}" in help_text and "100 for copy, 100 for reverse" in help_text
+
+
+def test_multi30k_batches_are_equal_per_rank_and_resume_mid_epoch():
+    from annotated.runs import Runtime
+    from annotated.tasks import Multi30kTask
+
+    gen = torch.Generator().manual_seed(0)
+    examples = [
+        (torch.randint(4, 50, (n,), generator=gen).tolist(), [5] * (n % 7 + 1))
+        for n in torch.randint(1, 12, (101,), generator=gen).tolist()
+    ]
+    cfg = train_config("--max-tokens", "40", "--seed", "3")
+
+    def epoch(rank, world_size, start=0, progress=None):
+        task = Multi30kTask(cfg, Runtime(rank, world_size))
+        task.train_ex = examples
+        stream = task.batches(start, progress or {})
+        count = len(list(token_batches(examples, 40, seed=3))) // world_size
+        return [(b.src.tolist(), b.tgt.tolist()) for b in islice(stream, count - start)], task
+
+    one, task = epoch(0, 1)
+    assert task.progress() == {"epoch": 0, "position": len(one)}
+    shares = [epoch(r, 3)[0] for r in range(3)]
+    assert len({len(s) for s in shares}) == 1  # the same number on every rank: no hang
+    assert all(share == one[r::3][: len(share)] for r, share in enumerate(shares))
+    rest, _ = epoch(0, 1, start=5, progress={"epoch": 0, "position": 5})
+    assert rest == one[5:]  # a run resumed at update 5 continues with batch 6

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import random_batch
 
 from annotated.cli import main
 from annotated.model import make_model
@@ -19,22 +20,7 @@ PAD, BOS, V = 0, 1, 10
 LR = 0.5
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def random_batch(n, gen, length=6):
-    """`n` sentences of random length (at least one label), padded with PAD."""
-    src = torch.randint(3, V, (n, length), generator=gen)
-    tgt = torch.cat([torch.full((n, 1), BOS), torch.randint(3, V, (n, length), generator=gen)], 1)
-    for i in range(n):
-        cut = int(torch.randint(1, length + 1, (1,), generator=gen))
-        src[i, cut:], tgt[i, cut + 1 :] = PAD, PAD
-    return src, tgt
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def sgd_update(batches, **kwargs):

@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import annotated.cli as cli
-from annotated.cli import main, write_manifest, write_results
+import annotated.runs as runs
+from annotated.checkpoint import atomic_write, load_checkpoint, save_checkpoint
+from annotated.cli import main
 from annotated.data import save_tokenizer, train_tokenizer
 from annotated.model import make_model
-from annotated.training import atomic_write, load_checkpoint, save_checkpoint
+from annotated.runs import write_manifest, write_results
+from annotated.training import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = "--n-layers 1 --d-model 16 --d-ff 32 --n-heads 2".split()
@@ -201,17 +203,17 @@ def test_sigterm_saves_and_resume_ends_where_an_uninterrupted_run_ends(capsys, t
 
 
 def test_sigint_in_process_saves_once_and_stops(capsys, tmp_path, monkeypatch):
-    update = cli.global_update
+    update = Trainer.update
 
-    def interrupted_at_7(rt, net, *rest):
-        loss = update(rt, net, *rest)
-        if net.training and cli.Signals and len(calls) == 6:
+    def interrupted_at_7(self, group):
+        loss = update(self, group)
+        if len(calls) == 6:
             signal.raise_signal(signal.SIGINT)  # Ctrl-C while update 7 runs
         calls.append(loss)
         return loss
 
     calls = []
-    monkeypatch.setattr(cli, "global_update", interrupted_at_7)
+    monkeypatch.setattr(Trainer, "update", interrupted_at_7)
     # Python's own Ctrl-C handler, whatever the test runner installed (pytest-xdist's workers ignore
     # SIGINT), so that the check below sees the command put back exactly what it found.
     runner_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -229,9 +231,9 @@ def test_sigint_in_process_saves_once_and_stops(capsys, tmp_path, monkeypatch):
 
 def test_periodic_checkpoints(tmp_path, monkeypatch):
     saved = []
-    save = cli.RunFolder.save
+    save = runs.RunFolder.save
     monkeypatch.setattr(
-        cli.RunFolder, "save", lambda self, *a: (saved.append(a[3]), save(self, *a))
+        runs.RunFolder, "save", lambda self, *a: (saved.append(a[3]), save(self, *a))
     )
     assert main([*COPY, "--steps", "9", "--save-every", "4", "--out", str(tmp_path)]) == 0
     assert saved == [4, 8, 9]  # every 4 updates, and the end
@@ -364,7 +366,7 @@ def test_wrong_tokenizers_are_refused(capsys, monkeypatch, run_dir, tmp_path):
 
 
 def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(capsys, tmp_path, monkeypatch):
-    update = cli.global_update
+    update = Trainer.update
     calls = []
 
     def nan_at_7(*args):
@@ -372,7 +374,7 @@ def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(capsys, tmp_pa
         calls.append(loss)
         return math.nan if len(calls) == 7 else loss
 
-    monkeypatch.setattr(cli, "global_update", nan_at_7)
+    monkeypatch.setattr(Trainer, "update", nan_at_7)
     err = fails(capsys, [*COPY, "--steps", "20", "--save-every", "3", "--out", tmp_path], code=3)
     assert err.startswith("error: training diverged: loss nan at update 7")
     assert "keeps update 6, the last good one" in err
@@ -430,13 +432,13 @@ def test_out_of_memory_names_what_to_lower(capsys, tmp_path, monkeypatch):
     def no_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
-    monkeypatch.setattr(cli, "global_update", no_memory)
+    monkeypatch.setattr(Trainer, "update", no_memory)
     err = fails(capsys, [*COPY, "--steps", "2", "--out", tmp_path])
     assert err.startswith("error: out of memory") and "lower --batch-size" in err
 
 
 def test_unexpected_errors_are_one_line_unless_debug(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli, "global_update", lambda *a: 1 / 0)
+    monkeypatch.setattr(Trainer, "update", lambda *a: 1 / 0)
     err = fails(capsys, [*COPY, "--steps", "2", "--out", tmp_path])
     assert "ZeroDivisionError" in err and "--debug" in err
     with pytest.raises(ZeroDivisionError):

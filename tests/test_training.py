@@ -6,19 +6,23 @@ import zipfile
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import random_batch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from annotated.checkpoint import load_checkpoint, save_checkpoint
 from annotated.model import Transformer, TransformerConfig, make_model
 from annotated.training import (
+    SPECIAL_IDS,
     Batch,
     LabelSmoothingLoss,
+    Snapshots,
     Trainer,
-    load_checkpoint,
+    average_weights,
     make_optimizer,
     noam_lr,
     noam_scheduler,
-    save_checkpoint,
+    strip_specials,
     train_step,
 )
 
@@ -27,17 +31,6 @@ TINY = {"n_layers": 1, "d_model": 16, "d_ff": 32, "n_heads": 2}
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
-
-def random_batch(n, gen, length=6, vocab=V):
-    """`n` sentences of random length (at least one label), padded with PAD."""
-    src = torch.randint(3, vocab, (n, length), generator=gen)
-    body = torch.randint(3, vocab, (n, length), generator=gen)
-    tgt = torch.cat([torch.full((n, 1), BOS), body], dim=1)  # (n, length + 1)
-    for i in range(n):
-        cut = int(torch.randint(1, length + 1, (1,), generator=gen))
-        src[i, cut:], tgt[i, cut + 1 :] = PAD, PAD
-    return src, tgt
 
 
 def tiny_model(seed=0, dropout=0.0, **overrides):
@@ -365,20 +358,6 @@ def test_accumulation_equals_one_big_batch(optimizer_name):
         torch.testing.assert_close(p, big_batch[name], rtol=1e-5, atol=1e-6)
 
 
-def test_normalising_per_micro_batch_would_differ():
-    micro, big = micro_and_big()
-    model = tiny_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    train_step(model, LabelSmoothingLoss(V, PAD), optimizer, big)
-    wrong = tiny_model()
-    opt = torch.optim.SGD(wrong.parameters(), lr=0.5)
-    for b in micro:
-        logits = wrong(b.src, b.tgt_in, b.src_mask, b.tgt_mask)
-        (LabelSmoothingLoss(V, PAD)(logits, b.tgt_out) / b.n_tokens / len(micro)).backward()
-    opt.step()
-    assert (flat_params(model) - flat_params(wrong)).abs().max() > 1e-4
-
-
 def test_trainer_groups_logs_and_calls_back():
     micro, _ = micro_and_big(sizes=(2, 2, 2, 2, 2))
     model = tiny_model()
@@ -390,6 +369,63 @@ def test_trainer_groups_logs_and_calls_back():
     assert [s for s, _ in log] == [1, 2, 3]  # groups of 2, 2 and a short last one of 1
     assert seen == log == trainer.history and scheduler.last_epoch == 3
     assert all(math.isfinite(loss) and loss > 0 for _, loss in log)
+
+
+def test_trainer_stops_at_its_budget_of_steps_minutes_or_stop():
+    micro, _ = micro_and_big(sizes=(2,) * 6)
+
+    def fresh_trainer():
+        model = tiny_model()
+        return Trainer(
+            model, LabelSmoothingLoss(V, PAD), torch.optim.SGD(model.parameters(), lr=0.1)
+        )
+
+    trainer = fresh_trainer()
+    assert len(trainer.fit(iter(micro), progress=False, steps=4)) == 4 and trainer.step == 4
+    assert trainer.fit(iter(micro), progress=False, steps=4) == []  # the budget counts all updates
+    trainer = fresh_trainer()
+    assert trainer.fit(micro, progress=False, minutes=0.0) == []  # a spent clock: no update at all
+    trainer = fresh_trainer()
+    log = trainer.fit(micro, progress=False, stop=lambda: trainer.step >= 2)
+    assert [s for s, _ in log] == [1, 2]
+    trainer = fresh_trainer()
+    stream = iter(micro)
+    trainer.fit(stream, progress=False, steps=3)
+    assert len(list(stream)) == 3  # a stopped run takes no batch it does not train on
+
+
+def test_snapshots_keep_the_last_and_average_them():
+    models = [tiny_model() for _ in range(3)]
+    for m, scale in zip(models, (1.0, 2.0, 4.0), strict=True):
+        with torch.no_grad():
+            for p in m.parameters():
+                p.fill_(scale)
+    snapshots = Snapshots(keep=2)
+    for step, m in enumerate(models, 1):
+        snapshots.add(step, m)
+    assert snapshots.steps == [2, 3] and len(snapshots) == 2
+    with torch.no_grad():  # a snapshot is a copy: later changes to the model do not reach it
+        models[2].generator.weight.fill_(100.0)
+    averaged = snapshots.average(models[0])
+    assert all(torch.equal(p, torch.full_like(p, 3.0)) for p in averaged.parameters())
+    assert averaged is not models[0] and averaged.cfg == models[0].cfg
+    with pytest.raises(ValueError, match="keep must be an int >= 1, got 0"):
+        Snapshots(keep=0)
+    with pytest.raises(ValueError, match="at least one state dict"):
+        average_weights([])
+    other = make_model(V, V, n_layers=2, d_model=16, d_ff=32, n_heads=2).state_dict()
+    with pytest.raises(ValueError, match="state 1 has other keys"):
+        average_weights([models[0].state_dict(), other])
+
+
+def test_one_set_of_special_ids_and_one_strip():
+    from annotated.copy_task import BOS, EOS, PAD
+    from annotated.data import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID
+
+    assert (PAD, BOS, EOS) == (PAD_ID, BOS_ID, EOS_ID) == (0, 1, 2) and UNK_ID == 3
+    assert SPECIALS == SPECIAL_IDS.names == ("<pad>", "<bos>", "<eos>", "<unk>")
+    assert strip_specials(torch.tensor([1, 5, 0, 6, 2, 7, 2, 0])) == [5, 6]  # up to the first EOS
+    assert strip_specials([1, 4, 4]) == [4, 4] and strip_specials([1, 2]) == []
 
 
 def test_gradient_clipping_bounds_the_update():
