@@ -43,6 +43,10 @@ class Batch:
         causal = causal_mask(self.tgt_in.size(1), tgt.device)  # (1, 1, T, T)
         self.tgt_mask = padding_mask(self.tgt_in, pad_id) & causal  # (B, 1, T, T)
         self.n_tokens = int((self.tgt_out != pad_id).sum())  # real labels: the loss's denominator
+        real = self.tgt_in != pad_id  # (B, T)
+        # Padding only at the end of every row: the look-ahead mask alone then hides it from every real
+        # query, and the fused kernel can apply that mask itself (is_causal) without reading one.
+        self.causal_only = bool((real[:, 1:] <= real[:, :-1]).all())
 
     def to(self, device: torch.device | str) -> "Batch":
         """Return the same batch on `device`."""
@@ -218,7 +222,10 @@ def train_step(
     total = torch.zeros((), device=device)
     for b in batches:
         b = b if b.src.device == device else b.to(device)
-        logits = model(b.src, b.tgt_in, b.src_mask, b.tgt_mask)  # (B, T, V)
+        if b.causal_only:  # the same logits at every real position, without a (B, 1, T, T) mask
+            logits = model(b.src, b.tgt_in, b.src_mask, tgt_is_causal=True)  # (B, T, V)
+        else:
+            logits = model(b.src, b.tgt_in, b.src_mask, b.tgt_mask)  # (B, T, V)
         loss = loss_fn(logits, b.tgt_out)
         (loss * world_size / n_tokens).backward()  # gradients add up over the micro-batches
         total += loss.detach()

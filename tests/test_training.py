@@ -329,6 +329,29 @@ def micro_and_big(sizes=(3, 5, 4), seed=1):
     return micro, big
 
 
+def test_the_fused_causal_path_gives_the_masked_gradients():
+    # Targets padded at their ends: train_step uses tgt_is_causal, which must update like the full mask.
+    src, tgt = random_batch(6, torch.Generator().manual_seed(3))
+    batch = Batch(src, tgt, PAD)
+    assert (
+        batch.causal_only and (batch.tgt_in == PAD).any()
+    )  # padding that the look-ahead mask hides
+    grads = []
+    for causal_only in (True, False):
+        model = tiny_model(seed=1)
+        batch.causal_only = causal_only  # False: the (B, 1, T, T) padding-and-look-ahead mask
+        loss = train_step(
+            model, LabelSmoothingLoss(V, PAD), torch.optim.SGD(model.parameters(), lr=0), batch
+        )
+        grads.append((loss, {n: p.grad for n, p in model.named_parameters()}))
+    (loss_fused, fused), (loss_masked, masked) = grads
+    assert math.isclose(loss_fused, loss_masked, rel_tol=1e-5)
+    for name, g in fused.items():
+        torch.testing.assert_close(g, masked[name], rtol=1e-4, atol=1e-6)
+    gap = torch.tensor([[5, 6, 7, 8]])  # a pad between real tokens: only the full mask is right
+    assert not Batch(gap, torch.tensor([[BOS, PAD, 5, 6]]), PAD).causal_only
+
+
 @pytest.mark.parametrize("optimizer_name", ["sgd", "adam"])
 def test_accumulation_equals_one_big_batch(optimizer_name):
     micro, big = micro_and_big()
