@@ -48,6 +48,15 @@ class Batch:
         # query, and the fused kernel can apply that mask itself (is_causal) without reading one.
         self.causal_only = bool((real[:, 1:] <= real[:, :-1]).all())
 
+    @property
+    def tgt_mask(self) -> Tensor:
+        return self._tgt_mask
+
+    @tgt_mask.setter
+    def tgt_mask(self, mask: Tensor) -> None:
+        self._tgt_mask = mask
+        self.causal_only = False  # a mask set by hand is used as it is
+
     def to(self, device: torch.device | str) -> "Batch":
         """Return the same batch on `device`."""
         return Batch(self.src.to(device), self.tgt.to(device), self.pad_id)

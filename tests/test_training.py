@@ -350,6 +350,9 @@ def test_the_fused_causal_path_gives_the_masked_gradients():
         torch.testing.assert_close(g, masked[name], rtol=1e-4, atol=1e-6)
     gap = torch.tensor([[5, 6, 7, 8]])  # a pad between real tokens: only the full mask is right
     assert not Batch(gap, torch.tensor([[BOS, PAD, 5, 6]]), PAD).causal_only
+    by_hand = Batch(src, tgt, PAD)
+    by_hand.tgt_mask = by_hand.tgt_mask[:, :, -1:]  # a mask set by hand (padding only) is obeyed
+    assert not by_hand.causal_only
 
 
 @pytest.mark.parametrize("optimizer_name", ["sgd", "adam"])
