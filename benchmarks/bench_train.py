@@ -2,7 +2,9 @@
 
 The reference wraps PyTorch's nn.Transformer in the same embeddings, positional encodings and output
 layer as ours, so both models have the same parameters and do the same work. Prints the median step time
-of each and the ratio (ours / PyTorch's; target <= 1.0). A benchmark prints; it never fails.
+of each and the ratio (ours / PyTorch's; target <= 1.0), for ours twice: with the decoder's
+(B, 1, T, T) mask, and with the fused causal path that train_step takes for batches padded at their ends
+(`tgt_is_causal`). A benchmark prints; it never fails.
 Usage: python benchmarks/bench_train.py [--repeats N] [--device cpu|cuda]
 """
 
@@ -53,13 +55,13 @@ class TorchReference(nn.Module):
         return self.generator(x)
 
 
-def make_step(model, inputs, device):
+def make_step(model, inputs, device, **options):
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     loss_fn = nn.CrossEntropyLoss(ignore_index=PAD)
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        logits = model(*inputs[:-1])
+        logits = model(*inputs[:-1], **options)
         loss_fn(logits.flatten(0, 1), inputs[-1].flatten()).backward()
         optimizer.step()
         if device.type == "cuda":
@@ -75,7 +77,10 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device(args.device)
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}")
-    print(f"{'d_model':>7} {'layers':>6} {'B x T':>8} {'ours ms':>9} {'torch ms':>9} {'ratio':>6}")
+    print(
+        f"{'d_model':>7} {'layers':>6} {'B x T':>8} {'ours ms':>9} {'torch ms':>9} {'ratio':>6}"
+        f" {'causal ms':>9} {'ratio':>6}"
+    )
     for d, h, f, n, batch, length in CONFIGS:
         torch.manual_seed(0)
         ours = make_model(VOCAB, VOCAB, d_model=d, n_heads=h, d_ff=f, n_layers=n, shared_vocab=True)
@@ -89,16 +94,21 @@ def main() -> None:
         tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
         ours_inputs = (src, tgt_in, padding_mask(src, PAD), causal_mask(length, device), tgt_out)
         ref_inputs = (src, tgt_in, src == PAD, ~causal_mask(length, device)[0, 0], tgt_out)
-        ours_step, ref_step = (
+        fused_inputs = (src, tgt_in, padding_mask(src, PAD), tgt_out)
+        steps = (
             make_step(ours, ours_inputs, device),
             make_step(ref, ref_inputs, device),
+            make_step(ours, fused_inputs, device, tgt_is_causal=True),
         )
-        t_ours, t_ref = [], []
-        for _ in range(2):  # alternate so that both see the same machine state
-            t_ours.append(median_ms(ours_step, args.repeats))
-            t_ref.append(median_ms(ref_step, args.repeats))
-        a, b = min(t_ours), min(t_ref)
-        print(f"{d:>7} {n:>3}+{n:<2} {batch:>3} x {length:<3} {a:9.1f} {b:9.1f} {a / b:6.2f}")
+        times = [[], [], []]
+        for _ in range(2):  # alternate so that all see the same machine state
+            for step, timed in zip(steps, times, strict=True):
+                timed.append(median_ms(step, args.repeats))
+        a, b, c = (min(t) for t in times)
+        print(
+            f"{d:>7} {n:>3}+{n:<2} {batch:>3} x {length:<3} {a:9.1f} {b:9.1f} {a / b:6.2f}"
+            f" {c:9.1f} {c / b:6.2f}"
+        )
 
 
 if __name__ == "__main__":
