@@ -3,8 +3,7 @@
 # %% auto #0
 __all__ = ['MANIFEST', 'RUN_FILES', 'Runtime', 'device_of', 'start_runtime', 'stop_runtime', 'replica_max_diff', 'should_stop',
            'git_commit', 'hardware', 'run_record', 'strict', 'write_results', 'Stop', 'Signals', 'writable_folder',
-           'writable_file', 'available_memory', 'check_memory', 'activation_bytes', 'remove_stale_temporaries',
-           'write_manifest', 'check_run_file', 'RunFolder', 'resume_into']
+           'writable_file', 'remove_stale_temporaries', 'write_manifest', 'check_run_file', 'RunFolder', 'resume_into']
 
 # %% ../notebooks/24_runs.ipynb #c002
 import dataclasses
@@ -217,37 +216,6 @@ def writable_file(path, option: str) -> None:
     if path.is_dir():
         raise IsADirectoryError(f"{option} {path} is a folder, expected a file name")
     writable_folder(path.parent, f"{option}'s folder")
-
-
-def available_memory(device: torch.device) -> int:
-    """Bytes that this process could still allocate on `device` (CPU: the kernel's MemAvailable)."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def check_memory(need: float, device: torch.device, what: str, lower: str) -> None:
-    """Refuse a size whose estimated memory `need` (bytes) exceeds what the device has free."""
-    have = available_memory(device)
-    if need > have:
-        raise ValueError(
-            f"{what} needs about {need / 2**30:,.1f} GiB of memory, more than the "
-            f"{have / 2**30:,.1f} GiB available: lower {lower}"
-        )
-
-
-def activation_bytes(tokens: int, length: int, dims: dict, vocab: int, train: bool) -> float:
-    """A rough upper estimate of the memory of one forward (and backward) pass over `tokens` tokens."""
-    d, d_ff, heads, layers = dims["d_model"], dims["d_ff"], dims["n_heads"], dims["n_layers"]
-    per_token = 2 * layers * (20 * d + 2 * d_ff + 4 * heads * length) + 4 * vocab
-    return 4.0 * tokens * per_token * (1.5 if train else 1.0)  # float32; gradients add about half
 
 
 def remove_stale_temporaries(folder: Path) -> int:
