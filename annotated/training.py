@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 from tqdm import tqdm
 
+from .embeddings import values_are_free
 from .masks import causal_mask, check_tokens, padding_mask
 from .model import Transformer
 
@@ -133,7 +134,8 @@ class LabelSmoothingLoss(nn.Module):
                 f"got logits {tuple(logits.shape)} and target {tuple(target.shape)}"
             )
         check_tokens(target.reshape(1, -1), "target", "(B, length)")
-        if target.numel() and (target.min() < 0 or target.max() >= self.vocab_size):
+        # Reading the labels' values is free on a CPU; on a GPU it would wait for it at every update.
+        if values_are_free(target) and target.numel() and (target.min() < 0 or target.max() >= self.vocab_size):
             raise ValueError(
                 f"target labels must lie in [0, vocab_size={self.vocab_size}), "
                 f"got labels from {target.min().item()} to {target.max().item()}"
