@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("text", nargs="*",
                            help="sentences to translate (default: one per line on standard input)")
     translate.set_defaults(func=cmd_translate)  # fmt: skip
-    from annotated.check import add_check_command  # grade a learner's own pieces (notebook 17)
+    from annotated.grading import add_check_command  # grade a learner's own pieces (appendix 17a)
     from annotated.onnx_export import add_command as add_export_onnx  # notebook 19
 
     add_check_command(sub)
