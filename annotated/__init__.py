@@ -8,21 +8,16 @@ from annotated import check
 from annotated.attention import attention
 from annotated.checkpoint import load_checkpoint, save_checkpoint
 from annotated.copy_task import COPY_MODEL, copy_batches, copy_model, exact_match, simple_greedy_decode
-from annotated.data import (
-    corpus_bleu,
-    load_multi30k,
-    load_tokenizer,
-    token_batches,
-    tokenized_bleu,
-    train_tokenizer,
-)
+from annotated.data import load_tokenizer, token_batches, train_tokenizer
 from annotated.decoder import Decoder, DecoderLayer
 from annotated.decoding import beam_search, greedy_decode, length_penalty
 from annotated.embeddings import Embeddings
 from annotated.encoder import Encoder, EncoderLayer
+from annotated.evaluation import corpus_bleu, tokenized_bleu
 from annotated.feed_forward import PositionwiseFeedForward
 from annotated.masks import causal_mask, padding_mask
 from annotated.model import Transformer, TransformerConfig, make_model
+from annotated.multi30k import load_multi30k
 from annotated.multi_head import MultiHeadAttention
 from annotated.norm import LayerNorm, SublayerConnection
 from annotated.positional import (
@@ -95,7 +90,7 @@ __all__ = [
     "greedy_decode",
     "beam_search",
     "length_penalty",
-    # data and evaluation (notebook 15)
+    # data (notebook 15; the download and checksums: notebook 27) and evaluation (notebook 15b)
     "load_multi30k",
     "train_tokenizer",
     "load_tokenizer",

@@ -17,7 +17,9 @@ import torch
 
 from .checkpoint import Checkpoint, load_checkpoint
 from .copy_task import COPY_MODEL
-from .data import MULTI30K_SIZES, bleu_report, decode, encode, load_multi30k, translate_ids  # noqa: F401
+from .data import decode, encode  # noqa: F401
+from .evaluation import bleu_report, translate_ids  # noqa: F401
+from .multi30k import MULTI30K_SIZES, load_multi30k  # noqa: F401
 from .runs import MANIFEST, Signals, Stop, device_of, remove_stale_temporaries, start_runtime
 from .runs import stop_runtime, writable_file, writable_folder, write_results
 from .tasks import MODEL_FIELDS, PRESETS, TASKS, RunConfig, run_config, train

@@ -25,8 +25,8 @@ import torch.distributed as dist
 from torch import nn
 
 from .checkpoint import Checkpoint, atomic_write, save_checkpoint
-from .data import sha256_of
 from .model import Transformer
+from .multi30k import sha256_of
 
 # %% ../notebooks/24_runs.ipynb #c004
 @dataclasses.dataclass(frozen=True)

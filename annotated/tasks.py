@@ -17,11 +17,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .checkpoint import Checkpoint, save_checkpoint
 from .copy_task import COPY_MODEL, PAD as COPY_PAD, copy_batches, copy_model, exact_match
-from .data import MULTI30K_SIZES, PAD_ID, bleu_report, encode_pairs, evaluate_loss, load_multi30k
-from .data import load_tokenizer, save_tokenizer, token_batches, train_tokenizer
+from .data import PAD_ID, encode_pairs, load_tokenizer, save_tokenizer, token_batches, train_tokenizer
+from .evaluation import bleu_report, evaluate_loss
 from .model import Transformer, TransformerConfig, make_model
-from .runs import RunFolder, Runtime, hardware, replica_max_diff, resume_into
-from .runs import run_record, should_stop, write_manifest, write_results
+from .multi30k import MULTI30K_SIZES, load_multi30k
+from .runs import RunFolder, Runtime, hardware, replica_max_diff, resume_into, run_record, should_stop, write_manifest, write_results
 from .training import Batch, LabelSmoothingLoss, Snapshots, Trainer, make_optimizer, noam_scheduler
 
 # %% ../notebooks/25_tasks.ipynb #c004

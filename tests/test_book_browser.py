@@ -15,7 +15,7 @@ off, so each load transfers the whole page). A page fails when:
   exceeds the budget: 1.5 MB for the landing page, 3 MB for any other page.
 
 It also checks the favicon, dark mode and the search page, and writes screenshots of the landing
-page and chapters 04, 12 and 15 at both widths to artifacts/screenshots/ (git-ignored). The book
+page and chapters 04, 12 and 15b at both widths to artifacts/screenshots/ (git-ignored). The book
 must be built first (`make book` or `make book-check`).
 """
 
@@ -50,7 +50,7 @@ LANDING_BUDGET = 1.5e6  # bytes transferred for one uncached load of the landing
 PAGE_BUDGET = 3.0e6  # ... and of any other page
 # Pages photographed at both widths: the landing page and three chapters that are hard to lay out.
 SCREENSHOT_PAGES = {"intro": "landing", "notebooks/04_": "04", "notebooks/12_": "12",
-                    "notebooks/15_": "15"}  # fmt: skip
+                    "notebooks/15b_": "15b"}  # fmt: skip
 COMPRESSIBLE = (".html", ".js", ".css", ".svg", ".json", ".txt", ".map")
 
 pytestmark = pytest.mark.browser

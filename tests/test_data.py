@@ -1,4 +1,5 @@
-"""Tests for annotated.data: the Multi30k loader, the shared BPE vocabulary, batches and BLEU."""
+"""Tests for the data path: the Multi30k loader (annotated.multi30k), the shared BPE vocabulary and
+batches (annotated.data) and BLEU (annotated.evaluation)."""
 
 import gzip
 import hashlib
@@ -19,30 +20,30 @@ from hypothesis import strategies as st
 from annotated.data import (
     BOS_ID,
     EOS_ID,
+    PAD_ID,
+    SPECIALS,
+    UNK_ID,
+    decode,
+    encode,
+    encode_pairs,
+    length_batches,
+    load_tokenizer,
+    pad_batch,
+    pad_fraction,
+    save_tokenizer,
+    token_batches,
+    train_tokenizer,
+)
+from annotated.evaluation import corpus_bleu, simple_tokenize, tokenized_bleu
+from annotated.multi30k import (
     MULTI30K_ENV,
     MULTI30K_SHA256,
     MULTI30K_SIZES,
     MULTI30K_URL,
-    PAD_ID,
-    SPECIALS,
-    UNK_ID,
     Pair,
-    corpus_bleu,
-    decode,
     download_multi30k_file,
-    encode,
-    encode_pairs,
-    length_batches,
     load_multi30k,
-    load_tokenizer,
     multi30k_path,
-    pad_batch,
-    pad_fraction,
-    save_tokenizer,
-    simple_tokenize,
-    token_batches,
-    tokenized_bleu,
-    train_tokenizer,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
