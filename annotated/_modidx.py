@@ -501,7 +501,7 @@ d = { 'settings': { 'branch': 'main',
                                     'annotated.training.noam_scheduler': ('training.html#noam_scheduler', 'annotated/training.py'),
                                     'annotated.training.strip_specials': ('training.html#strip_specials', 'annotated/training.py'),
                                     'annotated.training.train_step': ('training.html#train_step', 'annotated/training.py')},
-            'annotated.viz': { 'annotated.viz._position_axis': ('attention_intuition.html#_position_axis', 'annotated/viz.py'),
-                               'annotated.viz._token_labels': ('attention_intuition.html#_token_labels', 'annotated/viz.py'),
-                               'annotated.viz._weight_matrix': ('attention_intuition.html#_weight_matrix', 'annotated/viz.py'),
-                               'annotated.viz.attention_chart': ('attention_intuition.html#attention_chart', 'annotated/viz.py')}}}
+            'annotated.viz': { 'annotated.viz._position_axis': ('charts.html#_position_axis', 'annotated/viz.py'),
+                               'annotated.viz._token_labels': ('charts.html#_token_labels', 'annotated/viz.py'),
+                               'annotated.viz._weight_matrix': ('charts.html#_weight_matrix', 'annotated/viz.py'),
+                               'annotated.viz.attention_chart': ('charts.html#attention_chart', 'annotated/viz.py')}}}

@@ -17,7 +17,7 @@ def angular_frequencies(d_model: int) -> Tensor:
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(D/2),)
     return 10000.0 ** (-two_i / d_model)  # (ceil(D/2),)
 
-# %% ../notebooks/05_positional_encoding.ipynb #c006
+
 def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     """Build the (max_len, d_model) table PE(pos, 2i) = sin, PE(pos, 2i+1) = cos (§3.5)."""
     positive_int(max_len, "max_len")
