@@ -389,7 +389,9 @@ def test_bad_input_is_reported_by_name(kwargs, message):
 # ---- the saved copier that notebooks 14 and 14b decode with ----------------------------------------
 
 
-@pytest.mark.parametrize(("folder", "low", "high"), [("copy", 0.95, 1.0), ("copy/early", 0.5, 0.99)])
+@pytest.mark.parametrize(
+    ("folder", "low", "high"), [("copy", 0.95, 1.0), ("copy/early", 0.5, 0.99)]
+)
 def test_the_saved_copiers_load_and_copy_as_their_notebooks_say(folder, low, high):
     """results/copy holds notebook 13's recipe trained to the end and stopped at update 200."""
     import dataclasses
@@ -404,5 +406,7 @@ def test_the_saved_copiers_load_and_copy_as_their_notebooks_say(folder, low, hig
     model = load_checkpoint(run / "copier.pt", restore_rng=False).model.eval()
     assert dataclasses.asdict(model.cfg) == record["config"]
     t = record["training"]
-    src, tgt = next(copy_batches(1, 200, t["seq_len"], t["vocab_size"], t["seed"] + 1, t["min_len"]))
+    src, tgt = next(
+        copy_batches(1, 200, t["seq_len"], t["vocab_size"], t["seed"] + 1, t["min_len"])
+    )
     assert low <= exact_match(model, src, tgt) <= high  # trained: all; stopped early: unsure
