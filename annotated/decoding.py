@@ -125,7 +125,7 @@ def greedy_decode(
             break
     return ys  # (B, 1 + at most max_len)
 
-# %% ../notebooks/14_decoding.ipynb #c019
+# %% ../notebooks/14b_beam_search.ipynb #c019
 def length_penalty(length: int | Tensor, alpha: float) -> Tensor:
     """Return lp(Y) = ((5 + |Y|) / 6) ** alpha, the length normalisation of §6.1 (Wu et al.)."""
     length = torch.as_tensor(length, dtype=torch.float)
@@ -133,7 +133,7 @@ def length_penalty(length: int | Tensor, alpha: float) -> Tensor:
         raise ValueError(f"length must be >= 0, got {length}")
     return ((5 + length) / 6) ** alpha
 
-# %% ../notebooks/14_decoding.ipynb #c028
+# %% ../notebooks/14b_beam_search.ipynb #c028
 def _top_candidates(log_p: Tensor, log_probs: Tensor, ys: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Extend every beam by every token; return the 2K best: log P, parent rows, sequences."""
     B, K = log_p.shape
@@ -163,7 +163,7 @@ class _Finished:
         self.ys[better, : n + 1] = seqs[better, j[better]]
         self.length[better] = n + 1
 
-# %% ../notebooks/14_decoding.ipynb #c029
+# %% ../notebooks/14b_beam_search.ipynb #c029
 @torch.no_grad()
 def beam_search(
     model: nn.Module,
@@ -209,7 +209,7 @@ def beam_search(
     tokens = best.ys[:, : int(best.length.max())]  # (B, 1 + longest best)
     return (tokens, best.score) if return_scores else tokens
 
-# %% ../notebooks/14_decoding.ipynb #c031
+# %% ../notebooks/14b_beam_search.ipynb #c031
 @torch.no_grad()
 def score_sequences(
     model: nn.Module, src: Tensor, src_mask: Tensor | None, ys: Tensor, pad_id: int, alpha: float

@@ -384,3 +384,29 @@ def test_bad_input_is_reported_by_name(kwargs, message):
             greedy_decode(
                 model, arguments["src"], arguments["src_mask"], arguments["max_len"], BOS, EOS, PAD
             )
+
+
+# ---- the saved copier that notebooks 14 and 14b decode with ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("folder", "low", "high"), [("copy", 0.95, 1.0), ("copy/early", 0.5, 0.99)]
+)
+def test_the_saved_copiers_load_and_copy_as_their_notebooks_say(folder, low, high):
+    """results/copy holds notebook 13's recipe trained to the end and stopped at update 200."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from annotated.checkpoint import load_checkpoint
+    from annotated.copy_task import copy_batches, exact_match
+
+    run = Path(__file__).resolve().parents[1] / "results" / folder
+    record = json.loads((run / "results.json").read_text())
+    model = load_checkpoint(run / "copier.pt", restore_rng=False).model.eval()
+    assert dataclasses.asdict(model.cfg) == record["config"]
+    t = record["training"]
+    src, tgt = next(
+        copy_batches(1, 200, t["seq_len"], t["vocab_size"], t["seed"] + 1, t["min_len"])
+    )
+    assert low <= exact_match(model, src, tgt) <= high  # trained: all; stopped early: unsure
