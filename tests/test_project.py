@@ -106,3 +106,32 @@ def test_no_module_of_the_package_is_over_400_lines():
         if path.name != "_modidx.py" and (n := len(path.read_text().splitlines())) > 400
     }
     assert not long, f"split these by job: {long}"
+
+
+def main_chapters() -> list[Path]:
+    toc = yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())
+    return [
+        ROOT / f"{chapter['file']}.ipynb"
+        for part in toc["parts"]
+        if part["caption"] != "Appendices"
+        for chapter in part["chapters"]
+        if chapter["file"].startswith("notebooks/")
+    ]
+
+
+def test_main_chapters_are_short_and_end_with_a_summary():
+    import json
+
+    chapters = main_chapters()
+    assert len(chapters) > 20
+    for path in chapters:
+        cells = json.loads(path.read_text())["cells"]
+        assert len(cells) <= 35, f"{path.name}: {len(cells)} cells; move engineering to an appendix"
+        headings = [
+            line
+            for cell in cells
+            if cell["cell_type"] == "markdown"
+            for line in "".join(cell["source"]).splitlines()
+            if line.startswith("## ")
+        ]
+        assert headings[-1] == "## Summary", f"{path.name} ends with {headings[-1]!r}"
