@@ -164,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--split", default="test_2016_flickr", help="val or test_2016_flickr (default)")
     evaluate.add_argument("--limit", type=positive(int), default=None, help="score only the first N sentences")
     evaluate.add_argument("--results", default=None, help="write the report as JSON to this file")
+    evaluate.add_argument("--hypotheses", default=None, metavar="DIR",
+        help="also write the translations to DIR/SPLIT.greedy.en (and SPLIT.beamN.en)")
     evaluate.add_argument("--data-dir", default=None, help="directory with the Multi30k files")
     evaluate.set_defaults(func=cmd_evaluate)
     translate.add_argument("text", nargs="*",
@@ -238,13 +240,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise ValueError(f"--split must be one of {list(MULTI30K_SIZES)}, got {args.split!r}")
     if args.results:
         writable_file(args.results, "--results")
+    if args.hypotheses:
+        writable_folder(Path(args.hypotheses), "--hypotheses")
     model, tok = load_for_inference(args.checkpoint, args.tokenizer, device)
     check_beam(args.beam, model, device)
     pairs = load_multi30k(args.split, args.data_dir)[: args.limit]
     report = {"split": args.split, "checkpoint": args.checkpoint}
     for beam in sorted({1, args.beam}):
-        r = report["greedy" if beam == 1 else "beam"] = bleu_report(model, tok, pairs, beam, args.alpha, device)
-        print(f"beam {beam}: BLEU {r['bleu']} ({r['bleu_signature']}), tokenized BLEU {r['tokenized_bleu']}")
+        name = "greedy" if beam == 1 else f"beam{beam}"
+        out = Path(args.hypotheses) / f"{args.split}.{name}.en" if args.hypotheses else None
+        r = report["greedy" if beam == 1 else "beam"] = bleu_report(model, tok, pairs, beam, args.alpha, device, hypotheses=out)
+        print(f"beam {beam}: BLEU {r['bleu']} ({r['bleu_signature']}), tokenized BLEU {r['tokenized_bleu']}, chrF {r['chrf']}")
     if args.results:
         write_results(Path(args.results), report)
     return 0

@@ -213,7 +213,9 @@ def test_evaluate_a_saved_model(multi30k_run, capsys):
     report = multi30k_run / "eval.json"
     args = ["--split", "val", "--limit", "3", "--beam", "2", "--data-dir", str(DATA)]
     ckpt = str(multi30k_run / "checkpoint.pt")
-    assert main(["evaluate", "--checkpoint", ckpt, *args, "--results", str(report)]) == 0
+    hyps = multi30k_run / "hypotheses"
+    command = ["evaluate", "--checkpoint", ckpt, *args, "--results", str(report)]
+    assert main([*command, "--hypotheses", str(hyps)]) == 0
     assert [line.split(":")[0] for line in capsys.readouterr().out.splitlines()] == [
         "beam 1",
         "beam 2",
@@ -221,6 +223,11 @@ def test_evaluate_a_saved_model(multi30k_run, capsys):
     result = json.loads(report.read_text())
     assert result["split"] == "val" and {"greedy", "beam"} <= set(result)
     assert len(result["greedy"]["samples"]) == 3 and result["beam"]["beam"] == 2
+    for name, key in (("greedy", "greedy"), ("beam2", "beam")):
+        lines = (hyps / f"val.{name}.en").read_text().split("\n")
+        assert len(lines) == 4 and lines[-1] == ""  # three sentences, each ending in a newline
+        assert lines[:3] == [s["translation"] for s in result[key]["samples"]]
+        assert 0 <= result[key]["chrf"] <= 100 and "nc:6" in result[key]["chrf_signature"]
 
 
 def test_translate_from_arguments_and_stdin(multi30k_run):

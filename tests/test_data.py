@@ -34,7 +34,7 @@ from annotated.data import (
     token_batches,
     train_tokenizer,
 )
-from annotated.evaluation import corpus_bleu, simple_tokenize, tokenized_bleu
+from annotated.evaluation import corpus_bleu, corpus_chrf, simple_tokenize, tokenized_bleu
 from annotated.multi30k import (
     MULTI30K_ENV,
     MULTI30K_SHA256,
@@ -410,6 +410,17 @@ def test_corpus_bleu_is_sacrebleus_default():
     assert bleu.score == pytest.approx(expected.score)
     assert "tok:13a" in bleu.signature and "case:mixed" in bleu.signature
     assert 0 < bleu.score < 100
+
+
+def test_corpus_chrf_is_sacrebleus_chrf_and_gives_partial_credit():
+    hyps = ["A man's dogs run on grass.", "Two kids play soccer in a t-shirt."]
+    chrf = corpus_chrf(hyps, REFS)
+    assert chrf.score == pytest.approx(sacrebleu.corpus_chrf(hyps, [REFS]).score)
+    assert chrf.signature.startswith("nrefs:1|case:mixed") and "nc:6" in chrf.signature
+    assert corpus_chrf(REFS, REFS).score == pytest.approx(100)
+    # a wrong word ending loses a whole word in BLEU's n-grams but only some character n-grams
+    inflected = [r.replace("runs", "running") for r in REFS]
+    assert 100 - corpus_chrf(inflected, REFS).score < 100 - corpus_bleu(inflected, REFS).score
 
 
 def test_tokenized_bleu_scores_our_tokens():
