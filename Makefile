@@ -115,6 +115,8 @@ test-browser: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_attention.py
 	$(BIN)/python benchmarks/bench_loss.py
+	$(BIN)/python benchmarks/bench_train.py
+	$(BIN)/python benchmarks/bench_recipe.py
 
 # Point every link (book launch buttons, notebook install cells, Colab/Binder links) at a fork:
 #   make repo-url URL=https://github.com/you/annotated

@@ -1,0 +1,110 @@
+"""Updates per second of the Multi30k CPU recipe (preset multi30k-cpu-60min), side by side.
+
+The recipe's model, loss, Adam and schedule, trained by `train_step` on real Multi30k batches of at
+most `max_tokens` tokens, in one process. Three ways to run the same updates:
+  mask     the decoder gets the explicit (B, 1, T, T) look-ahead mask (the recorded run's path);
+  causal   the fused causal path (`tgt_is_causal`) that `train_step` takes for batches padded at
+           their ends, which all of Multi30k's are;
+  compile  the causal path with the model under `torch.compile` (inductor on the CPU).
+Each trains its own copy of the same initial model on the same batches; the variants take turns so
+that all see the same machine. Prints the median seconds per update, updates per second and the
+ratio to the first row. A benchmark prints; it never fails.
+Usage: python benchmarks/bench_recipe.py [--updates N] [--threads N] [--no-compile] [--data-dir D]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from annotated import PRESETS, LabelSmoothingLoss, make_model
+from annotated.data import PAD_ID, encode_pairs, load_tokenizer, token_batches
+from annotated.multi30k import load_multi30k
+from annotated.training import Batch, make_optimizer, noam_scheduler, train_step
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL_KEYS = ("d_model", "n_heads", "d_ff", "n_layers", "dropout", "embedding_init")
+
+
+def recipe_batches(data_dir: str, count: int, max_tokens: int) -> tuple[list[Batch], int]:
+    tok = load_tokenizer(ROOT / "results" / "multi30k" / "tokenizer.json")
+    pairs = load_multi30k("train", data_dir)[:8000]
+    examples = encode_pairs(tok, [(p.de, p.en) for p in pairs])
+    stream = token_batches(examples, max_tokens, shuffle=True, seed=0)
+    batches = [Batch(src, tgt, PAD_ID) for (src, tgt), _ in zip(stream, range(count), strict=False)]
+    return batches, tok.get_vocab_size()
+
+
+def with_mask(b: Batch) -> Batch:
+    masked = copy.copy(b)
+    masked.tgt_mask = b.tgt_mask  # a mask set on the batch switches the fused causal path off
+    return masked
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--updates", type=int, default=24, help="timed updates per variant")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile row")
+    default_data = os.environ.get("ANNOTATED_MULTI30K_DIR") or str(
+        ROOT.parent / "shared/data/multi30k"
+    )
+    parser.add_argument("--data-dir", default=default_data)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    recipe = PRESETS["multi30k-cpu-60min"]
+    warm = 3  # untimed updates per variant (compilation happens in these and on new shapes)
+    batches, vocab = recipe_batches(args.data_dir, warm + args.updates, recipe["max_tokens"])
+    assert all(b.causal_only for b in batches), "Multi30k batches are padded at their ends"
+    torch.manual_seed(0)
+    config = {key: recipe[key] for key in MODEL_KEYS}
+    base = make_model(vocab, vocab, shared_vocab=True, **config)
+    variants = {"mask": (False, [with_mask(b) for b in batches]), "causal": (False, batches)}
+    if not args.no_compile:
+        variants["compile"] = (True, batches)
+
+    runs = {}
+    for name, (compiled, data) in variants.items():
+        model = copy.deepcopy(base)
+        optimizer = make_optimizer(model)
+        scheduler = noam_scheduler(
+            optimizer, config["d_model"], recipe["warmup"], recipe["lr_factor"]
+        )
+        loss_fn = LabelSmoothingLoss(vocab, PAD_ID, smoothing=0.1)
+        net = torch.compile(model, dynamic=True) if compiled else model
+        runs[name] = (net, loss_fn, optimizer, scheduler, data)
+
+    def update(name: str, i: int) -> float:
+        net, loss_fn, optimizer, scheduler, data = runs[name]
+        start = time.perf_counter()
+        train_step(net, loss_fn, optimizer, data[i], scheduler)
+        return time.perf_counter() - start
+
+    warm_seconds = {name: sum(update(name, i) for i in range(warm)) for name in runs}
+    times = {name: [] for name in runs}
+    for i in range(warm, warm + args.updates):  # take turns, update by update
+        for name in runs:
+            times[name].append(update(name, i))
+
+    tokens = statistics.mean(b.n_tokens for b in batches[warm:])
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, {args.updates} timed updates"
+    )
+    print(f"recipe multi30k-cpu-60min: {config}, about {tokens:.0f} target tokens per update")
+    print(f"{'variant':>8} {'s/update':>9} {'updates/s':>10} {'ratio':>6} {'first 3 s':>10}")
+    first = statistics.median(times[next(iter(times))])
+    for name, t in times.items():
+        median = statistics.median(t)
+        print(
+            f"{name:>8} {median:9.3f} {1 / median:10.2f} {median / first:6.2f} {warm_seconds[name]:10.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
