@@ -25,9 +25,9 @@ class LayerNorm(nn.Module):
             raise ValueError(
                 f"x must have last dimension d_model={self.d_model}, got shape {tuple(x.shape)}"
             )
-        mean = x.mean(-1, keepdim=True)  # (..., 1)
-        var = x.var(-1, correction=0, keepdim=True)  # (..., 1) biased: divide by D
-        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias  # (..., D)
+        centered = x - x.mean(-1, keepdim=True)  # (..., D) x - mu
+        var = centered.pow(2).mean(-1, keepdim=True)  # (..., 1) biased: divide by D
+        return centered / torch.sqrt(var + self.eps) * self.weight + self.bias  # (..., D)
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}"

@@ -11,6 +11,7 @@ Usage: python benchmarks/bench_train.py [--repeats N] [--device cpu|cuda]
 from __future__ import annotations
 
 import argparse
+import statistics
 
 import torch
 from _timing import median_ms
@@ -72,7 +73,7 @@ def make_step(model, inputs, device, **options):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=8, help="timed steps per model (median)")
+    parser.add_argument("--repeats", type=int, default=25, help="timed steps per model (median)")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -100,11 +101,14 @@ def main() -> None:
             make_step(ref, ref_inputs, device),
             make_step(ours, fused_inputs, device, tgt_is_causal=True),
         )
+        for step in steps:
+            for _ in range(3):  # warm up: first calls allocate and pick kernels
+                step()
         times = [[], [], []]
-        for _ in range(2):  # alternate so that all see the same machine state
+        for _ in range(args.repeats):  # take turns step by step: all see the same machine state
             for step, timed in zip(steps, times, strict=True):
-                timed.append(median_ms(step, args.repeats))
-        a, b, c = (min(t) for t in times)
+                timed.append(median_ms(step, 1, warmup=0))
+        a, b, c = (statistics.median(t) for t in times)
         print(
             f"{d:>7} {n:>3}+{n:<2} {batch:>3} x {length:<3} {a:9.1f} {b:9.1f} {a / b:6.2f}"
             f" {c:9.1f} {c / b:6.2f}"
