@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
+from .checks import check_int
 from .masks import causal_mask, padding_mask
 from .model import Transformer, make_model
 from .training import SPECIAL_IDS
@@ -27,8 +28,7 @@ def _check_sizes(batch_size: int, seq_len: int, vocab_size: int, min_len: int) -
         ("vocab_size", vocab_size, FIRST_SYMBOL + 1),  # at least one symbol besides the specials
         ("min_len", min_len, 1),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        check_int(value, name, low=low)
     if min_len > seq_len:
         raise ValueError(f"min_len must be <= seq_len, got min_len={min_len}, seq_len={seq_len}")
 

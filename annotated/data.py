@@ -15,6 +15,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from torch import Tensor
 
 from .checkpoint import atomic_write
+from .checks import positive_int
 from .training import SPECIAL_IDS
 
 # %% ../notebooks/15_translation.ipynb #c018
@@ -100,8 +101,7 @@ def length_batches(
     lengths: Sequence[tuple[int, int]], max_tokens: int, shuffle: bool = True, seed: int = 0
 ) -> list[list[int]]:
     """Group indices of similar length into batches of <= max_tokens padded tokens (§5.1)."""
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be a positive int, got max_tokens={max_tokens!r}")
+    positive_int(max_tokens, "max_tokens")
     longest = max((max(s, t) for s, t in lengths), default=0)
     if longest > max_tokens:
         raise ValueError(f"max_tokens must be >= the longest example ({longest}), got {max_tokens}")

@@ -8,7 +8,7 @@ __all__ = ['next_token_logits', 'max_len_from_source', 'greedy_decode', 'length_
 import torch
 from torch import Tensor, nn
 
-from .checks import positive_int
+from .checks import check_int, positive_int
 from .decoder import DecoderCache
 from .embeddings import check_token_ids
 from .masks import causal_mask
@@ -86,8 +86,7 @@ def _check_model(model: nn.Module, src: Tensor, limits: Tensor, **ids: int) -> N
         return
     check_token_ids(src, cfg.src_vocab, "src")  # once here, not at every step (notebook 06)
     for name, value in ids.items():
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < cfg.tgt_vocab:
-            raise ValueError(f"{name} must be an int in [0, tgt_vocab={cfg.tgt_vocab}), got {value!r}")
+        check_int(value, name, low=0, high=cfg.tgt_vocab - 1, what="an id of the target vocabulary")
     longest = max(src.size(1), int(limits.max()))
     if longest > cfg.max_len:
         raise ValueError(

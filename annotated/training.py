@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 from tqdm import tqdm
 
+from .checks import check_int, positive_int
 from .embeddings import values_are_free
 from .masks import causal_mask, check_tokens, padding_mask
 from .model import Transformer
@@ -97,14 +98,8 @@ class LabelSmoothingLoss(nn.Module):
 
     def __init__(self, vocab_size: int, pad_id: int, smoothing: float = 0.1):
         super().__init__()
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 3:
-            raise ValueError(
-                f"vocab_size must be an int >= 3 (label, pad, one more), got {vocab_size!r}"
-            )
-        if isinstance(pad_id, bool) or not isinstance(pad_id, int) or not 0 <= pad_id < vocab_size:
-            raise ValueError(
-                f"pad_id must be an int in [0, vocab_size={vocab_size}), got {pad_id!r}"
-            )
+        check_int(vocab_size, "vocab_size", low=3, what="label, pad, one more")
+        check_int(pad_id, "pad_id", low=0, high=vocab_size - 1, what="an id of the vocabulary")
         if isinstance(smoothing, bool) or not isinstance(smoothing, int | float):
             raise TypeError(f"smoothing must be a float in [0, 1), got {smoothing!r}")
         if not 0.0 <= smoothing < 1.0:
@@ -159,8 +154,7 @@ class LabelSmoothingLoss(nn.Module):
 def noam_lr(step: int, d_model: int, warmup: int) -> float:
     """Return the learning rate of update `step`, counted from 1 (§5.3, Eq. 3)."""
     for name, value in (("step", step), ("d_model", d_model), ("warmup", warmup)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        positive_int(value, name)
     return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
@@ -191,8 +185,7 @@ def make_optimizer(
 # %% ../notebooks/12_training.ipynb #c027
 def _update_tokens(batches: list[Batch], n_tokens: int | None, world_size: int) -> int:
     """Check and return the loss's denominator: the real target tokens of the whole update."""
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    positive_int(world_size, "world_size")
     own = sum(b.n_tokens for b in batches)  # k micro-batches count as 1 big one
     if n_tokens is None and world_size > 1:
         raise ValueError(
@@ -262,8 +255,7 @@ class Trainer:
         step: int = 0,
         world_size: int = 1,  # processes that train together, each on its own batches
     ):
-        if isinstance(accum_steps, bool) or not isinstance(accum_steps, int) or accum_steps < 1:
-            raise ValueError(f"accum_steps must be an int >= 1, got {accum_steps!r}")
+        positive_int(accum_steps, "accum_steps")
         if clip_norm is not None and not clip_norm > 0:
             raise ValueError(f"clip_norm must be None (off) or > 0, got {clip_norm!r}")
         if world_size > 1 and not dist.is_initialized():
@@ -342,8 +334,7 @@ class Snapshots:
     """The last `keep` (step, weights) copies of a model, and a model holding their average (§6.1)."""
 
     def __init__(self, keep: int, items: Iterable[tuple[int, dict[str, Tensor]]] = ()):
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep must be an int >= 1, got {keep!r}")
+        positive_int(keep, "keep")
         self.keep, self.items = keep, list(items)[-keep:]
 
     def add(self, step: int, model: nn.Module) -> None:

@@ -54,7 +54,7 @@ def test_global_token_count_bad_input():
         sgd_update(batch, world_size=2)
     with pytest.raises(ValueError, match=f"n_tokens must be an int >= the {batch.n_tokens}"):
         sgd_update(batch, n_tokens=batch.n_tokens - 1, world_size=2)
-    with pytest.raises(ValueError, match="world_size must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="world_size must be a positive int, got 0"):
         sgd_update(batch, n_tokens=batch.n_tokens, world_size=0)
     _, share = sgd_update(batch, n_tokens=4 * batch.n_tokens, world_size=4)
     assert share == pytest.approx(sgd_update(batch)[1] / 4, rel=1e-5)  # its share of 4

@@ -494,7 +494,10 @@ def test_library_rejects_bad_inputs_by_name():
     model = make_model(7, 9, n_layers=1, d_model=8, d_ff=8, n_heads=2, max_len=20).eval()
     src = torch.tensor([[3, 4, 5]])
     ids = {"bos_id": 1, "eos_id": 2, "pad_id": 0}
-    with pytest.raises(ValueError, match=r"pad_id must be an int in \[0, tgt_vocab=9\), got 9"):
+    with pytest.raises(
+        ValueError,
+        match=r"pad_id must be an int in \[0, 8\] \(an id of the target vocabulary\), got 9",
+    ):
         greedy_decode(model, src, None, 5, **{**ids, "pad_id": 9})
     with pytest.raises(ValueError, match="max_len must be at most the model's max_len=20"):
         greedy_decode(model, src, None, 10**9, **ids)
@@ -580,7 +583,7 @@ def test_loss_and_batching_reject_bad_sizes():
         ValueError, match=r"target labels must lie in \[0, vocab_size=5\), got labels from 1 to 7"
     ):
         loss(torch.randn(1, 2, 5), torch.tensor([[1, 7]]))
-    with pytest.raises(ValueError, match="max_tokens must be a positive int, got max_tokens=10.5"):
+    with pytest.raises(ValueError, match="max_tokens must be a positive int, got 10.5"):
         token_batches([([1, 2], [3])], max_tokens=10.5)
 
 

@@ -435,7 +435,7 @@ def test_snapshots_keep_the_last_and_average_them():
     averaged = snapshots.average(models[0])
     assert all(torch.equal(p, torch.full_like(p, 3.0)) for p in averaged.parameters())
     assert averaged is not models[0] and averaged.cfg == models[0].cfg
-    with pytest.raises(ValueError, match="keep must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="keep must be a positive int, got 0"):
         Snapshots(keep=0)
     with pytest.raises(ValueError, match="at least one state dict"):
         average_weights([])
