@@ -19,6 +19,7 @@ import copy
 import os
 import statistics
 import time
+from itertools import islice
 from pathlib import Path
 
 import torch
@@ -37,7 +38,7 @@ def recipe_batches(data_dir: str, count: int, max_tokens: int) -> tuple[list[Bat
     pairs = load_multi30k("train", data_dir)[:8000]
     examples = encode_pairs(tok, [(p.de, p.en) for p in pairs])
     stream = token_batches(examples, max_tokens, shuffle=True, seed=0)
-    batches = [Batch(src, tgt, PAD_ID) for (src, tgt), _ in zip(stream, range(count), strict=False)]
+    batches = [Batch(src, tgt, PAD_ID) for src, tgt in islice(stream, count)]
     return batches, tok.get_vocab_size()
 
 

@@ -8,6 +8,10 @@ from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/torch_reference.py
 
+ROOT = Path(__file__).resolve().parents[1]
+# the Multi30k files: the environment's folder, else the shared copy beside the repository
+DATA = Path(os.environ.get("ANNOTATED_MULTI30K_DIR") or ROOT.parent / "shared/data/multi30k")
+
 
 @pytest.fixture
 def no_fast_path():

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import DATA
 
 import annotated.cli as cli
 from annotated.checkpoint import load_checkpoint
@@ -20,7 +21,6 @@ from annotated.data import token_batches
 from annotated.model import TransformerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("ANNOTATED_MULTI30K_DIR") or ROOT.parent / "shared/data/multi30k")
 TINY = "--n-layers 1 --d-model 16 --d-ff 32 --n-heads 2".split()
 
 

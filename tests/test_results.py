@@ -2,11 +2,11 @@
 translations (to within a few sentences on another CPU's arithmetic), and the scorers give those scores."""
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import DATA
 
 from annotated.data import decode, encode
 from annotated.evaluation import corpus_bleu, corpus_chrf, tokenized_bleu, translate_ids
@@ -15,7 +15,6 @@ from annotated.multi30k import load_multi30k
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "results" / "multi30k"
-DATA = Path(os.environ.get("ANNOTATED_MULTI30K_DIR") or ROOT.parent / "shared/data/multi30k")
 SPLITS = ("val", "test_2016_flickr")
 
 
