@@ -8,6 +8,8 @@ __all__ = ['PositionwiseFeedForward']
 import torch
 from torch import Tensor, nn
 
+from .positional import Dropout
+
 # %% ../notebooks/08_feed_forward.ipynb #c005
 class PositionwiseFeedForward(nn.Module):
     """Apply FFN(x) = max(0, x W1 + b1) W2 + b2 to every position alike (§3.3, Eq. 2)."""
@@ -18,7 +20,7 @@ class PositionwiseFeedForward(nn.Module):
         self.w_1 = nn.Linear(d_model, d_ff)  # widen: 512 -> 2048 in the base model
         self.w_2 = nn.Linear(d_ff, d_model)  # back to the residual width
         # dropout on the hidden activations, where nn.TransformerEncoderLayer puts it
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() == 0 or x.size(-1) != self.d_model:

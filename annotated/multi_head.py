@@ -89,8 +89,9 @@ class MultiHeadAttention(nn.Module):
         p = self.dropout.p if self.training else 0.0
         scale = None if self.scale else 1.0  # None: the kernel's default 1/sqrt(d_k)
         x = F.scaled_dot_product_attention(q, k, v, mask, p, is_causal, scale=scale)  # (B, H, T, Dk)
-        # the fused kernel returns 0 for a query row holding NaN; Eq. 1 (and the path above) NaN
-        x = x.masked_fill(q.isnan().any(-1, keepdim=True), float("nan"))
+        # The fused kernel returns 0 for a query row holding NaN, where Eq. 1 (the path above) gives
+        # NaN. Adding 0 * the row's max puts the NaN back and adds 0 to every finite row.
+        x = x + 0 * q.detach().amax(-1, keepdim=True)  # (B, H, T, Dk)
         return self.W_o(self.merge_heads(x))  # (B, T, D)
 
     def split_heads(self, x: Tensor) -> Tensor:

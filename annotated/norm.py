@@ -10,6 +10,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from .positional import Dropout
+
 # %% ../notebooks/07_add_and_norm.ipynb #c005
 class LayerNorm(nn.Module):
     """Normalise each position over its d_model features, then scale and shift (§3.1, Ba et al.)."""
@@ -26,8 +28,10 @@ class LayerNorm(nn.Module):
                 f"x must have last dimension d_model={self.d_model}, got shape {tuple(x.shape)}"
             )
         centered = x - x.mean(-1, keepdim=True)  # (..., D) x - mu
-        var = centered.pow(2).mean(-1, keepdim=True)  # (..., 1) biased: divide by D
-        return centered / torch.sqrt(var + self.eps) * self.weight + self.bias  # (..., D)
+        var = (centered * centered).mean(-1, keepdim=True)  # (..., 1) biased: divide by D
+        # times 1/sqrt rather than divided by sqrt, and x * x rather than x ** 2: the same values,
+        # with cheaper backward passes (the project's training benchmark measures the step)
+        return centered * torch.rsqrt(var + self.eps) * self.weight + self.bias  # (..., D)
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}"
@@ -41,7 +45,7 @@ class SublayerConnection(nn.Module):
     ):
         super().__init__()
         self.norm = LayerNorm(d_model, eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm_first = norm_first  # False: the paper's post-LN; True: pre-LN
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:

@@ -1,8 +1,10 @@
 """Updates per second of the Multi30k CPU recipe (preset multi30k-cpu-60min), side by side.
 
 The recipe's model, loss, Adam and schedule, trained by `train_step` on real Multi30k batches of at
-most `max_tokens` tokens, in one process. Three ways to run the same updates:
-  mask     the decoder gets the explicit (B, 1, T, T) look-ahead mask (the recorded run's path);
+most `max_tokens` tokens, in one process. Four ways to run the same updates:
+  recorded the recorded run's path: the explicit (B, 1, T, T) look-ahead mask and PyTorch's
+           nn.Dropout (Bernoulli draws);
+  mask     the same mask, with the package's Dropout (uniform draws compared with p, notebook 05);
   causal   the fused causal path (`tgt_is_causal`) that `train_step` takes for batches padded at
            their ends, which all of Multi30k's are;
   compile  the causal path with the model under `torch.compile` (inductor on the CPU).
@@ -27,6 +29,7 @@ import torch
 from annotated import PRESETS, LabelSmoothingLoss, make_model
 from annotated.data import PAD_ID, encode_pairs, load_tokenizer, token_batches
 from annotated.multi30k import load_multi30k
+from annotated.positional import Dropout
 from annotated.training import Batch, make_optimizer, noam_scheduler, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +51,14 @@ def with_mask(b: Batch) -> Batch:
     return masked
 
 
+def with_torch_dropout(model: torch.nn.Module) -> None:
+    """Put PyTorch's nn.Dropout where the model has the package's Dropout (same rate)."""
+    for module in list(model.modules()):
+        for name, child in module.named_children():
+            if type(child) is Dropout:
+                setattr(module, name, torch.nn.Dropout(child.p))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=24, help="timed updates per variant")
@@ -66,13 +77,20 @@ def main() -> None:
     torch.manual_seed(0)
     config = {key: recipe[key] for key in MODEL_KEYS}
     base = make_model(vocab, vocab, shared_vocab=True, **config)
-    variants = {"mask": (False, [with_mask(b) for b in batches]), "causal": (False, batches)}
+    masked = [with_mask(b) for b in batches]
+    variants = {
+        "recorded": (False, masked, True),
+        "mask": (False, masked, False),
+        "causal": (False, batches, False),
+    }
     if not args.no_compile:
-        variants["compile"] = (True, batches)
+        variants["compile"] = (True, batches, False)
 
     runs = {}
-    for name, (compiled, data) in variants.items():
+    for name, (compiled, data, torch_dropout) in variants.items():
         model = copy.deepcopy(base)
+        if torch_dropout:
+            with_torch_dropout(model)
         optimizer = make_optimizer(model)
         scheduler = noam_scheduler(
             optimizer, config["d_model"], recipe["warmup"], recipe["lr_factor"]

@@ -1,7 +1,8 @@
 """One training step (forward, backward, Adam step) of make_model against nn.Transformer, side by side.
 
-The reference wraps PyTorch's nn.Transformer in the same embeddings, positional encodings and output
-layer as ours, so both models have the same parameters and do the same work. Prints the median step time
+The reference wraps PyTorch's nn.Transformer in the same embeddings (one table shared by source, target
+and output layer, as in ours), positional encodings and output layer, so both models have the same
+parameters and do the same work. Prints the median step time
 of each and the ratio (ours / PyTorch's; target <= 1.0), for ours twice: with the decoder's
 (B, 1, T, T) mask, and with the fused causal path that train_step takes for batches padded at their ends
 (`tgt_is_causal`). A benchmark prints; it never fails.
@@ -18,6 +19,7 @@ from _timing import median_ms
 from torch import nn
 
 from annotated import causal_mask, make_model, padding_mask
+from annotated.positional import Dropout
 
 CONFIGS = [  # (d_model, heads, d_ff, layers, batch, length)
     (256, 8, 1024, 3, 32, 32),
@@ -86,9 +88,8 @@ def main() -> None:
         torch.manual_seed(0)
         ours = make_model(VOCAB, VOCAB, d_model=d, n_heads=h, d_ff=f, n_layers=n, shared_vocab=True)
         ours = ours.to(device).train()
-        ref = TorchReference(make_model(VOCAB, VOCAB, d_model=d, n_heads=h, d_ff=f, n_layers=n)).to(
-            device
-        )
+        twin = make_model(VOCAB, VOCAB, d_model=d, n_heads=h, d_ff=f, n_layers=n, shared_vocab=True)
+        ref = TorchReference(twin).to(device)  # the same shared table: the same parameters as ours
         src = torch.randint(4, VOCAB, (batch, length), device=device)
         src[: batch // 2, -length // 4 :] = PAD  # some padding, as in real batches
         tgt = torch.randint(4, VOCAB, (batch, length + 1), device=device)
@@ -113,6 +114,16 @@ def main() -> None:
             f"{d:>7} {n:>3}+{n:<2} {batch:>3} x {length:<3} {a:9.1f} {b:9.1f} {a / b:6.2f}"
             f" {c:9.1f} {c / b:6.2f}"
         )
+    # Drawing dropout masks is a large share of a CPU step: ours keeps the entries whose uniform draw
+    # is >= p, PyTorch's nn.Dropout draws Bernoulli samples (notebook 05).
+    x = torch.randn(32, 32, 256, device=device)
+    draws = (Dropout(0.1).train(), nn.Dropout(0.1).train())
+    times = [[], []]
+    for _ in range(args.repeats * 4):
+        for drop, timed in zip(draws, times, strict=True):
+            timed.append(median_ms(lambda drop=drop: drop(x), 1, warmup=0))
+    a, b = (statistics.median(t) for t in times)
+    print(f"dropout on {tuple(x.shape)}: ours {a:.2f} ms, nn.Dropout {b:.2f} ms, ratio {a / b:.2f}")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch import nn
 from torch.testing import assert_close
 
 from annotated.positional import (
+    Dropout,
     PositionalEncoding,
     angular_frequencies,
     relative_shift_matrix,
@@ -112,7 +114,7 @@ def test_dropout_acts_on_the_sum():
     torch.manual_seed(1)
     y = module(x)
     torch.manual_seed(1)
-    assert_close(y, torch.nn.functional.dropout(total, p=0.5, training=True))
+    assert_close(y, Dropout(0.5)(total))
     kept = y != 0
     assert 0 < kept.float().mean() < 1
     assert_close(y[kept], 2 * total[kept])
@@ -175,3 +177,39 @@ def test_bad_sizes_raise():
         PositionalEncoding(d_model=8, max_len=0, learned=True)
     with pytest.raises(ValueError, match=r"d_model must be even, got d_model=7"):
         relative_shift_matrix(1, 7)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_keeps_each_entry_with_probability_one_minus_p(p):
+    """The uniform draw gives nn.Dropout's distribution: the kept share, their scale, the mean."""
+    torch.manual_seed(0)
+    x = torch.rand(400, 500) + 0.5  # no zeros, so a zero in the output was dropped
+    n = x.numel()
+    for drop in (Dropout(p), nn.Dropout(p)):  # the same bounds hold for PyTorch's own
+        y = drop.train()(x)
+        kept = y != 0
+        assert abs(kept.float().mean().item() - (1 - p)) < 5 * math.sqrt(p * (1 - p) / n)
+        assert_close(y[kept], x[kept] / (1 - p))
+    draws = torch.stack([Dropout(p)(x[:4, :5]) for _ in range(20_000)])  # (20000, 4, 5)
+    assert_close(draws.mean(0), x[:4, :5], atol=0.05, rtol=0)  # E[dropout(x)] = x
+
+
+def test_dropout_gradient_is_the_mask_times_the_scale():
+    torch.manual_seed(0)
+    x = (torch.rand(30, 40) + 0.5).requires_grad_()
+    grad = torch.randn(30, 40)
+    y = Dropout(0.25)(x)
+    y.backward(grad)
+    assert_close(x.grad, grad * (y != 0) / 0.75)
+
+
+def test_dropout_edges_and_modes():
+    x = torch.randn(8, 9)
+    assert isinstance(Dropout(0.1), nn.Dropout)  # a drop-in replacement, repr and checks included
+    assert torch.equal(Dropout(0.5).eval()(x), x)  # identity outside training
+    assert torch.equal(Dropout(0.0)(x), x)
+    dropped = Dropout(1.0)(x)
+    assert torch.equal(dropped, torch.zeros_like(x))  # everything dropped, and no 0/0
+    assert dropped.dtype == x.dtype and Dropout(0.5)(x.double()).dtype == torch.float64
+    with pytest.raises(ValueError, match="1.5"):
+        Dropout(1.5)
