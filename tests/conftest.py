@@ -8,9 +8,22 @@ from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/torch_reference.py
 
+from annotated.multi30k import MULTI30K_ENV, MULTI30K_SHA256  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 # the Multi30k files: the environment's folder, else the shared copy beside the repository
-DATA = Path(os.environ.get("ANNOTATED_MULTI30K_DIR") or ROOT.parent / "shared/data/multi30k")
+DATA = Path(os.environ.get(MULTI30K_ENV) or ROOT.parent / "shared/data/multi30k")
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The Multi30k folder; a missing copy skips locally and fails in CI (never a silent skip)."""
+    if not all((DATA / name).is_file() for name in MULTI30K_SHA256):
+        reason = f"Multi30k files not found in {DATA}: set {MULTI30K_ENV} to their folder"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return DATA
 
 
 @pytest.fixture
