@@ -926,3 +926,21 @@ def test_checking_restores_the_thread_count():
         assert torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_command_line_knows_every_check_and_only_checks():
+    """grading.CHECKED is written out (the checks import grading); it must name exactly the checks."""
+    import inspect
+
+    from annotated import check as checks
+    from annotated.grading import CHECKED, Report, check_named
+
+    graders = {
+        name
+        for name, fn in vars(checks).items()
+        if inspect.isfunction(fn)
+        and fn.__module__.startswith("annotated.check")
+        and inspect.signature(fn).return_annotation in (Report, "Report")
+    }
+    assert set(CHECKED) == graders and len(CHECKED) == len(graders)
+    assert all(check_named(name) is getattr(checks, name) for name in CHECKED)
