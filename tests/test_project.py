@@ -135,3 +135,23 @@ def test_main_chapters_are_short_and_end_with_a_summary():
             if line.startswith("## ")
         ]
         assert headings[-1] == "## Summary", f"{path.name} ends with {headings[-1]!r}"
+
+
+def test_table3_rows_replace_the_budget_options_they_change():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import table3
+
+    budget = table3.BUDGET.split()
+    for name, (flags, _) in table3.ROWS.items():
+        train, evaluate, train_file, val_file = table3.commands(name, 2, "DATA")
+        options = [a for a in train if a.startswith("--")]
+        assert len(options) == len(set(options)), (name, train)  # each option once
+        parts = flags.split()
+        for flag, value in zip(parts, [*parts[1:], ""][: len(parts)], strict=True):
+            if flag.startswith("--") and not value.startswith("--") and value:
+                assert train[train.index(flag) + 1] == value, (name, flag)
+        assert train[train.index("--seed") + 1] == "2" and "--no-test" in train  # val only
+        assert evaluate[evaluate.index("--split") + 1] == "val"
+        assert (train_file.name, val_file.name) == ("seed2.json", "seed2.val.json")
+    assert table3.with_flags(budget, ["--n-heads", "1"]).count("--n-heads") == 1
+    assert table3.with_flags(budget, ["--norm-first"])[-1] == "--norm-first"
