@@ -29,6 +29,8 @@ from .inference import check_beam, load_for_inference, source_lines
 MODEL_HELP = {  # what a model option means, where its name alone does not say it
     "norm_first": "pre-LN instead of the paper's post-LN",
     "learned_positions": "learned position embeddings (Table 3, row E)",
+    "position_init": "where learned positions start: xavier, or sinusoid: N(0, 1/2), the sinusoids' scale",
+    "d_k": "query and key width of each head (Table 3, row B)",
     "scale_attention": "attention without the 1/sqrt(d_k) scale (an ablation)",
     "tie_output": "an output projection of its own, not the target embedding (§3.4)",
     "embedding_init": "initialiser of the embedding tables, xavier or normal: N(0, 1/d_model) (notebook 06)",
@@ -65,7 +67,8 @@ def add_model_options(train: argparse.ArgumentParser) -> None:
     model = train.add_argument_group("model (default: the paper's; the copy task: its small model)")
     for f in MODEL_FIELDS:
         flag, small = f"--{f.name.replace('_', '-')}", COPY_MODEL.get(f.name)
-        note = f"default: the paper's {f.default}" + (f"; copy task: {small}" if small is not None else "")
+        default = "d_model / n_heads" if f.name == "d_k" else f.default  # the one None default
+        note = f"default: the paper's {default}" + (f"; copy task: {small}" if small is not None else "")
         if any(f.name in task.defaults for task in TASKS.values()):
             note = f"default {per_task(f.name)}"
         if f.name in MODEL_HELP:
@@ -78,7 +81,8 @@ def add_model_options(train: argparse.ArgumentParser) -> None:
             model.add_argument(flag, dest=f.name, action="store_const", const=True, default=None,
                                help=f"model: {f.name} = True ({note})")  # fmt: skip
         else:
-            model.add_argument(flag, type=f.type, default=None, help=f"model: {f.name} ({note})")
+            kind = int if f.type == int | None else f.type  # d_k: None (d_model / h) unless given
+            model.add_argument(flag, type=kind, default=None, help=f"model: {f.name} ({note})")
 
 
 def add_train_options(train: argparse.ArgumentParser) -> None:
@@ -96,6 +100,8 @@ def add_train_options(train: argparse.ArgumentParser) -> None:
     add("--label-smoothing", type=float, default=0.1, help="epsilon_ls of §5.4 (default 0.1)")
     add("--warmup", type=pos_int, default=None,
         help=f"warm-up updates of the learning-rate schedule (§5.3; default {per_task('warmup')})")
+    add("--no-warmup", action="store_true",
+        help="start at the schedule's peak and hold it for --warmup updates, then decay (an ablation)")
     add("--lr-factor", type=pos_float, default=None,
         help=f"multiplies the schedule of §5.3 (default {per_task('lr_factor')})")
     add("--eval-every", type=pos_int, default=None,

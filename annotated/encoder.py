@@ -25,10 +25,11 @@ class EncoderLayer(nn.Module):
         dropout: float = 0.1,
         norm_first: bool = False,
         scale_attention: bool = True,  # scores / sqrt(d_k) (§3.2.1); False only for an ablation
+        d_k: int | None = None,  # query/key width per head; None: d_model / n_heads (Table 3, B)
     ):
         super().__init__()
         self.d_model, self.norm_first = d_model, norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, scale=scale_attention)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, scale=scale_attention, d_k=d_k)
         self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
         self.sublayers = nn.ModuleList(
             [SublayerConnection(d_model, dropout, norm_first) for _ in range(2)]

@@ -28,12 +28,14 @@ class TransformerConfig:
     d_model: int = 512  # width of every sub-layer's input and output
     d_ff: int = 2048  # inner width of the feed-forward network
     n_heads: int = 8  # h: attention heads, each of width d_k = d_v = d_model / h
+    d_k: int | None = None  # Table 3 (B): the heads' query and key width; None: d_model / h
     dropout: float = (
         0.1  # P_drop: on sub-layer outputs, on embeddings + encodings, on attention weights
     )
     max_len: int = 5000  # longest sequence the positional encoding covers
     norm_first: bool = False  # False: post-LN, as in the paper; True: pre-LN
     learned_positions: bool = False  # Table 3 (E): learned position embeddings instead of sinusoids
+    position_init: str = "xavier"  # learned positions: "xavier", or "sinusoid": N(0, 1/2), their RMS
     scale_attention: bool = True  # §3.2.1: scores / sqrt(d_k); False only for an ablation
     tie_output: bool = True  # §3.4: the pre-softmax projection reuses the target embedding matrix
     shared_vocab: bool = (
@@ -50,6 +52,15 @@ class TransformerConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.d_k is not None:
+            positive_int(self.d_k, "d_k")
+        if self.position_init not in ("xavier", "sinusoid") or (
+            self.position_init != "xavier" and not self.learned_positions
+        ):
+            raise ValueError(
+                "position_init must be 'xavier', or 'sinusoid' with learned_positions=True, got "
+                f"position_init={self.position_init!r} and learned_positions={self.learned_positions}"
+            )
         if self.embedding_init not in ("xavier", "normal"):
             raise ValueError(
                 f"embedding_init must be 'xavier' or 'normal', got {self.embedding_init!r}"
@@ -92,8 +103,8 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         d, p, layer_args = cfg.d_model, cfg.dropout, (cfg.n_heads, cfg.d_ff, cfg.dropout)
-        encoder_layer = EncoderLayer(d, *layer_args, cfg.norm_first, cfg.scale_attention)
-        decoder_layer = DecoderLayer(d, *layer_args, cfg.norm_first, cfg.scale_attention)
+        encoder_layer = EncoderLayer(d, *layer_args, cfg.norm_first, cfg.scale_attention, cfg.d_k)
+        decoder_layer = DecoderLayer(d, *layer_args, cfg.norm_first, cfg.scale_attention, cfg.d_k)
         self.src_embed = Embeddings(cfg.src_vocab, d)
         self.tgt_embed = Embeddings(cfg.tgt_vocab, d)
         self.src_pos = PositionalEncoding(d, p, cfg.max_len, learned=cfg.learned_positions)
@@ -104,6 +115,9 @@ class Transformer(nn.Module):
         for weight in self.parameters():
             if weight.dim() > 1:
                 nn.init.xavier_uniform_(weight)
+        if cfg.position_init == "sinusoid":  # the sinusoids' RMS: each (sin, cos) pair has norm 1
+            for table in (self.src_pos.embedding.weight, self.tgt_pos.embedding.weight):
+                nn.init.normal_(table, 0.0, 0.5**0.5)
         if cfg.embedding_init == "normal":
             for table in (self.src_embed.lut.weight, self.tgt_embed.lut.weight):
                 nn.init.normal_(table, 0.0, d**-0.5)  # x sqrt(d) in forward: RMS 1

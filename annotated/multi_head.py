@@ -41,7 +41,13 @@ class MultiHeadAttention(nn.Module):
     """Attend with h heads in parallel, concatenate, project with W^O (§3.2.2)."""
 
     def __init__(
-        self, d_model: int, n_heads: int, dropout: float = 0.1, bias: bool = True, scale: bool = True
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.1,
+        bias: bool = True,
+        scale: bool = True,
+        d_k: int | None = None,  # query and key width per head; None: d_model / n_heads
     ):
         super().__init__()
         for name, value in (("d_model", d_model), ("n_heads", n_heads)):
@@ -51,9 +57,12 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"d_model must be divisible by n_heads, got d_model={d_model} and n_heads={n_heads}"
             )
-        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
-        self.W_q = nn.Linear(d_model, d_model, bias=bias)  # all heads' W_i^Q side by side
-        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        if d_k is not None and (isinstance(d_k, bool) or not isinstance(d_k, int) or d_k < 1):
+            raise ValueError(f"d_k must be a positive int, or None for d_model / n_heads, got d_k={d_k!r}")
+        self.d_model, self.n_heads, self.d_v = d_model, n_heads, d_model // n_heads
+        self.d_k = self.d_v if d_k is None else d_k  # Table 3 (B) shrinks it; d_v stays d_model / h
+        self.W_q = nn.Linear(d_model, n_heads * self.d_k, bias=bias)  # all heads' W_i^Q side by side
+        self.W_k = nn.Linear(d_model, n_heads * self.d_k, bias=bias)
         self.W_v = nn.Linear(d_model, d_model, bias=bias)
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
@@ -95,9 +104,9 @@ class MultiHeadAttention(nn.Module):
         return self.W_o(self.merge_heads(x))  # (B, T, D)
 
     def split_heads(self, x: Tensor) -> Tensor:
-        """Cut the features into heads: (B, T, D) -> (B, H, T, Dk)."""
+        """Cut the features into heads: (B, T, H * Dk) -> (B, H, T, Dk); values: Dv in place of Dk."""
         B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.d_k).transpose(1, 2)  # (B, H, T, Dk)
+        return x.view(B, T, self.n_heads, -1).transpose(1, 2)  # (B, H, T, Dk)
 
     def merge_heads(self, x: Tensor) -> Tensor:
         """Concatenate the heads again: (B, H, T, Dk) -> (B, T, D)."""

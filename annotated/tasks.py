@@ -40,6 +40,7 @@ class RunOptions:
     minutes: float | None = None  # budget: wall-clock time
     label_smoothing: float = 0.1
     warmup: int | None = None  # None here and below: the task's default
+    no_warmup: bool = False  # the peak rate from the first update, held until `warmup` (notebook 23)
     lr_factor: float | None = None
     eval_every: int | None = None
     log_every: int | None = None
@@ -126,8 +127,7 @@ def activation_bytes(tokens: int, length: int, dims: dict, vocab: int, train: bo
 class Task:
     """What one task adds to the shared training loop; subclasses fill in each method."""
 
-    name: str = ""
-    title: str = ""  # the task as the results file names it
+    name, title = "", ""  # the task on the command line, and as the results file names it
     defaults: dict = {}  # option -> value, for the options left at None
     threads: int | None = None  # CPU threads per process while training (None: leave as is)
     pad_id: int = PAD_ID
@@ -298,7 +298,7 @@ class Multi30kTask(Task):
         results = {
             "training": {"steps": step, "epochs": self.epoch + (self.position > 0),
                          "wall_seconds": round(trained["wall"], 1), "max_tokens_per_batch": cfg.max_tokens,
-                         "warmup": cfg.warmup, "lr_factor": cfg.lr_factor,
+                         "warmup": cfg.warmup, "no_warmup": cfg.no_warmup, "lr_factor": cfg.lr_factor,
                          "label_smoothing": cfg.label_smoothing,
                          "vocab_size": self.tok.get_vocab_size(), "seed": cfg.seed},
             "val": {"weights": used,  # the weights that the numbers below and the test BLEU belong to
@@ -345,7 +345,7 @@ def _train(task: Task, cfg, rt, run, argv, signals, resumed) -> dict:
     model = task.model().to(rt.device)
     loss_fn = LabelSmoothingLoss(model.cfg.tgt_vocab, task.pad_id, smoothing=cfg.label_smoothing)
     optimizer = make_optimizer(model)
-    scheduler = noam_scheduler(optimizer, model.cfg.d_model, cfg.warmup, factor=cfg.lr_factor)
+    scheduler = noam_scheduler(optimizer, model.cfg.d_model, cfg.warmup, cfg.lr_factor, cfg.no_warmup)
     resume_into(resumed, model, optimizer, scheduler, cfg.out)
     net = DistributedDataParallel(model) if rt.world_size > 1 else model
     log = print if rt.main else (lambda *a, **k: None)

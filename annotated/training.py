@@ -159,7 +159,11 @@ def noam_lr(step: int, d_model: int, warmup: int) -> float:
 
 
 def noam_scheduler(
-    optimizer: torch.optim.Optimizer, d_model: int, warmup: int, factor: float = 1.0
+    optimizer: torch.optim.Optimizer,
+    d_model: int,
+    warmup: int,
+    factor: float = 1.0,
+    hold_peak: bool = False,  # True: no warm-up, the peak rate from update 1 until `warmup`
 ) -> LambdaLR:
     """Set the optimizer's learning rate to factor * noam_lr, one step per update (§5.3)."""
     noam_lr(1, d_model, warmup)  # check the arguments now rather than at the first step
@@ -173,6 +177,8 @@ def noam_scheduler(
                 f"(scale it with factor=), got lr={lr} in param group {i}"
             )
     # LambdaLR counts from 0 (at construction); update k uses the rate of step k
+    if hold_peak:  # an ablation (notebook 23, Table 3 in 15c): the same decay, without the ramp
+        return LambdaLR(optimizer, lambda last: factor * noam_lr(max(last + 1, warmup), d_model, warmup))
     return LambdaLR(optimizer, lambda last: factor * noam_lr(last + 1, d_model, warmup))
 
 

@@ -28,7 +28,7 @@ import torch
 
 from annotated import PRESETS, LabelSmoothingLoss, make_model
 from annotated.data import PAD_ID, encode_pairs, load_tokenizer, token_batches
-from annotated.multi30k import load_multi30k
+from annotated.multi30k import MULTI30K_ENV, load_multi30k
 from annotated.positional import Dropout
 from annotated.training import Batch, make_optimizer, noam_scheduler, train_step
 
@@ -64,9 +64,7 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=24, help="timed updates per variant")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile row")
-    default_data = os.environ.get("ANNOTATED_MULTI30K_DIR") or str(
-        ROOT.parent / "shared/data/multi30k"
-    )
+    default_data = os.environ.get(MULTI30K_ENV) or str(ROOT.parent / "shared/data/multi30k")
     parser.add_argument("--data-dir", default=default_data)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -149,8 +149,45 @@ def test_normal_embedding_init_gives_unit_rms_after_the_factor(shared_vocab):
     )
 
 
+@pytest.mark.parametrize("max_len", [64, 5000])
+def test_learned_positions_can_start_at_the_sinusoids_scale(max_len):
+    """Table 3 (E) compared fairly: N(0, 1/2) has the sinusoids' RMS 1/sqrt(2), whatever max_len."""
+    torch.manual_seed(0)
+    fair = make_model(50, 50, n_layers=1, d_model=64, max_len=max_len, learned_positions=True,
+                      position_init="sinusoid")  # fmt: skip
+    torch.manual_seed(0)
+    xavier = make_model(50, 50, n_layers=1, d_model=64, max_len=max_len, learned_positions=True)
+    sinusoid_rms = fair.src_pos.embedding.weight.new_tensor(0.5).sqrt().item()
+    for table in (fair.src_pos.embedding.weight, fair.tgt_pos.embedding.weight):
+        assert abs(table.pow(2).mean().sqrt().item() - sinusoid_rms) < 0.03
+    xavier_rms = xavier.src_pos.embedding.weight.pow(2).mean().sqrt().item()
+    assert (
+        abs(xavier_rms - (2 / (max_len + 64)) ** 0.5) < 0.01
+    )  # Xavier: small, and smaller with max_len
+    torch.testing.assert_close(  # the other weights start where they did
+        fair.encoder.layers[0].self_attn.W_q.weight, xavier.encoder.layers[0].self_attn.W_q.weight
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (
+            {"position_init": "sinusoid"},
+            "position_init must be 'xavier', or 'sinusoid' with learned",
+        ),
+        ({"position_init": "zeros", "learned_positions": True}, "got position_init='zeros'"),
+        ({"d_k": 0}, "d_k must be a positive int, got 0"),
+    ],
+)
+def test_bad_position_init_and_d_k_are_refused(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        TransformerConfig(10, 10, **overrides)
+
+
 def test_config_defaults_are_the_base_model():
     cfg = TransformerConfig(100, 100)
+    assert cfg.d_k is None and cfg.position_init == "xavier"  # d_k = d_model / h = 64
     assert (cfg.n_layers, cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.dropout) == (6, 512, 2048, 8, 0.1)
     assert not cfg.norm_first and not cfg.learned_positions and cfg.tie_output
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -217,9 +254,9 @@ def test_bad_input_is_rejected():
         model(long_src, TGT, padding_mask(long_src, 0), tgt_mask)
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_step_by_step_decoding_with_cache_equals_full_decoding(norm_first):
-    model = small_model(norm_first=norm_first)
+@pytest.mark.parametrize(("norm_first", "d_k"), [(False, None), (True, None), (False, 3)])
+def test_step_by_step_decoding_with_cache_equals_full_decoding(norm_first, d_k):
+    model = small_model(norm_first=norm_first, d_k=d_k)  # d_k = 3: Table 3 (B)'s narrow heads
     src_mask = padding_mask(SRC, 0)
     tgt = torch.randint(1, 11, (2, 6))
     memory = model.encode(SRC, src_mask)
@@ -229,8 +266,9 @@ def test_step_by_step_decoding_with_cache_equals_full_decoding(norm_first):
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
     self_kv, cross_kv = cache.layers[0]
     assert cache.length == 6 and len(cache.layers) == 2
-    assert self_kv.k.shape == (2, 4, 6, 8)  # (B, H, T so far, Dk)
-    assert cross_kv.k.shape == (2, 4, 5, 8)  # the memory, projected once
+    assert self_kv.k.shape == (2, 4, 6, d_k or 8)  # (B, H, T so far, Dk)
+    assert cross_kv.k.shape == (2, 4, 5, d_k or 8)  # the memory, projected once
+    assert cross_kv.v.shape == (2, 4, 5, 8)  # values: d_v = d_model / h whatever d_k
 
 
 def test_cache_respects_the_positional_encoding_limit():

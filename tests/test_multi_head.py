@@ -124,6 +124,39 @@ def test_equals_h_separate_single_head_attentions():
     torch.testing.assert_close(mha(x, x, x), mha.W_o(torch.cat(heads, dim=-1)))
 
 
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_narrower_queries_and_keys_follow_the_formula(need_weights):
+    """Table 3 (B): d_k below d_model / h for queries and keys; values keep d_v = d_model / h."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(24, 3, dropout=0.0, d_k=2).eval()
+    assert (mha.d_k, mha.d_v) == (2, 8)
+    assert mha.W_q.weight.shape == mha.W_k.weight.shape == (6, 24) and mha.W_v.weight.shape == (
+        24,
+        24,
+    )
+    x, mask = torch.randn(2, 5, 24), torch.ones(5, 5, dtype=torch.bool).tril()
+    heads = []
+    for i in range(3):
+        qk, v_rows = slice(i * 2, (i + 1) * 2), slice(i * 8, (i + 1) * 8)
+        q = x @ mha.W_q.weight[qk].T + mha.W_q.bias[qk]  # (B, T, 2)
+        k = x @ mha.W_k.weight[qk].T + mha.W_k.bias[qk]
+        v = x @ mha.W_v.weight[v_rows].T + mha.W_v.bias[v_rows]  # (B, T, 8)
+        heads.append(attention(q, k, v, mask)[0])  # scaled by sqrt(2), the heads' own d_k
+    out = mha(x, x, x, mask=mask, need_weights=need_weights)
+    out = out[0] if need_weights else out
+    torch.testing.assert_close(out, mha.W_o(torch.cat(heads, dim=-1)))
+    default = MultiHeadAttention(24, 3, d_k=None)
+    assert default.d_k == default.d_v == 8
+
+
+@pytest.mark.parametrize("d_k", [0, -1, 2.0, True])
+def test_d_k_must_be_a_positive_int(d_k):
+    with pytest.raises(
+        ValueError, match=rf"d_k must be a positive int, or None .* got d_k={d_k!r}"
+    ):
+        MultiHeadAttention(24, 3, d_k=d_k)
+
+
 class ViewOnlyHeads(MultiHeadAttention):
     """The common bug: split heads with a bare view, without the transpose."""
 

@@ -307,6 +307,16 @@ def test_scheduler_sets_the_rate_of_each_update():
         optimizer.step(), scheduler.step()
 
 
+def test_scheduler_without_warm_up_holds_the_peak_then_decays_the_same():
+    """hold_peak: the peak rate from update 1 to `warmup`, then Eq. 3 exactly (notebook 23's ablation)."""
+    optimizer = make_optimizer(tiny_model())
+    scheduler = noam_scheduler(optimizer, d_model=16, warmup=5, factor=2.0, hold_peak=True)
+    for step in range(1, 12):
+        expected = 2.0 * noam_lr(max(step, 5), 16, 5)
+        assert math.isclose(optimizer.param_groups[0]["lr"], expected)
+        optimizer.step(), scheduler.step()
+
+
 def test_scheduler_bad_input():
     model = tiny_model()
     with pytest.raises(ValueError, match="lr=1.0"):

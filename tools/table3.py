@@ -27,6 +27,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from annotated.multi30k import MULTI30K_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 # The budget of every row: notebook 15c's small model, 500 updates of at most 2,048 tokens.
 BUDGET = (
@@ -38,6 +40,7 @@ ROWS = {  # name -> (flags that change the base, what the change is)
     "A-heads-1": ("--n-heads 1", "(A) 1 head, d_k = 128"),
     "A-heads-4": ("--n-heads 4", "(A) 4 heads, d_k = 32"),
     "A-heads-16": ("--n-heads 16", "(A) 16 heads, d_k = 8"),
+    "B-dk-4": ("--d-k 4", "(B) d_k = 4 for queries and keys; d_v stays 16"),
     "C-layers-1": ("--n-layers 1", "(C) 1+1 layers"),
     "C-layers-4": ("--n-layers 4", "(C) 4+4 layers"),
     "C-dff-256": ("--d-ff 256", "(C) d_ff 256"),
@@ -45,7 +48,12 @@ ROWS = {  # name -> (flags that change the base, what the change is)
     "D-dropout-0": ("--dropout 0", "(D) dropout 0"),
     "D-dropout-0.3": ("--dropout 0.3", "(D) dropout 0.3"),
     "D-smoothing-0": ("--label-smoothing 0", "(D) label smoothing 0"),
+    "E-learned": (
+        "--learned-positions --position-init sinusoid",
+        "(E) learned positions, started at the sinusoids' scale",
+    ),
     "no-scale": ("--no-scale-attention", "no 1/sqrt(d_k) (§3.2.1)"),
+    "no-warmup": ("--no-warmup", "no warm-up: the peak rate from update 1, then the same decay"),
     "pre-LN": ("--norm-first", "LayerNorm before each sub-layer"),
     "untied": ("--no-tie-output", "output layer not tied to the embeddings (§3.4)"),
 }
@@ -110,7 +118,7 @@ def main() -> int:
     parser.add_argument(
         "--rows-only", action="store_true", help="write results/table3/rows.json, stop"
     )
-    default_data = os.environ.get("ANNOTATED_MULTI30K_DIR") or "../shared/data/multi30k"
+    default_data = os.environ.get(MULTI30K_ENV) or str(ROOT.parent / "shared/data/multi30k")
     parser.add_argument("--data-dir", default=default_data)
     args = parser.parse_args()
     if args.list:
