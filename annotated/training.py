@@ -176,10 +176,10 @@ def noam_scheduler(
                 f"optimizer must be built with lr=1.0 so the schedule is the learning rate "
                 f"(scale it with factor=), got lr={lr} in param group {i}"
             )
-    # LambdaLR counts from 0 (at construction); update k uses the rate of step k
-    if hold_peak:  # an ablation (notebook 23, Table 3 in 15c): the same decay, without the ramp
-        return LambdaLR(optimizer, lambda last: factor * noam_lr(max(last + 1, warmup), d_model, warmup))
-    return LambdaLR(optimizer, lambda last: factor * noam_lr(last + 1, d_model, warmup))
+    # LambdaLR counts from 0 (at construction); update k uses the rate of step k. Holding the peak
+    # (an ablation: notebook 23, Table 3 in 15c) gives updates before `warmup` the rate of `warmup`.
+    first = warmup if hold_peak else 1
+    return LambdaLR(optimizer, lambda last: factor * noam_lr(max(last + 1, first), d_model, warmup))
 
 
 def make_optimizer(
