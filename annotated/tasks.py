@@ -85,11 +85,11 @@ def run_config(options: dict) -> RunConfig:
 
 # %% ../notebooks/25_tasks.ipynb #c006
 PRESETS = {
-    "multi30k-cpu-60min": {
-        "task": "multi30k", "minutes": 60.0, "d_model": 256, "n_heads": 8, "d_ff": 512,
-        "n_layers": 3, "dropout": 0.1, "embedding_init": "normal", "warmup": 500,
-        "lr_factor": 0.5, "max_tokens": 1024, "eval_every": 150, "log_every": 50, "average": 5,
-    },
+    "multi30k-cpu-60min": dict(
+        task="multi30k", minutes=60.0, d_model=256, n_heads=8, d_ff=512, n_layers=3, dropout=0.1,
+        embedding_init="normal", norm_first=True, warmup=500, lr_factor=1.0, max_tokens=1024,
+        eval_every=150, log_every=50, average=5,
+    ),
 }  # fmt: skip
 
 # %% ../notebooks/25_tasks.ipynb #c009

@@ -309,7 +309,7 @@ def test_the_cpu_preset_is_the_recorded_recipe_and_given_options_win(monkeypatch
     assert main(["train", "--preset", "multi30k-cpu-60min", "--max-tokens", "2048"]) == 0
     cfg = run_config_of(seen)
     assert cfg.max_tokens == 2048  # given beside the preset: wins
-    assert cfg.minutes == 60 and cfg.warmup == 500 and cfg.lr_factor == 0.5
+    assert cfg.minutes == 60 and cfg.warmup == 500 and cfg.lr_factor == 1.0 and cfg.norm_first
     model = TransformerConfig(8000, 8000, shared_vocab=True, **cfg.model_overrides())
     # the model of results/multi30k; fields added since it was recorded take their defaults
     assert asdict(model) == asdict(TransformerConfig(**record["config"]))
