@@ -33,7 +33,7 @@ from annotated.positional import Dropout
 from annotated.training import Batch, make_optimizer, noam_scheduler, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL_KEYS = ("d_model", "n_heads", "d_ff", "n_layers", "dropout", "embedding_init")
+MODEL_KEYS = ("d_model", "n_heads", "d_ff", "n_layers", "dropout", "embedding_init", "norm_first")
 
 
 def recipe_batches(data_dir: str, count: int, max_tokens: int) -> tuple[list[Batch], int]:
