@@ -264,6 +264,7 @@ def result_substitutions() -> dict[str, str]:
         "trained_shape": (
             f"{cfg['n_layers']}+{cfg['n_layers']} layers, d_model {cfg['d_model']}, "
             f"{cfg['n_heads']} heads, d_ff {cfg['d_ff']}, a shared vocabulary of {cfg['src_vocab']:,}"
+            + (", LayerNorm before each sublayer (pre-LN)" if cfg.get("norm_first") else "")
         ),
         "base_params": _millions(base),
         "big_params": _millions(big),
