@@ -30,10 +30,10 @@ from annotated import PRESETS, LabelSmoothingLoss, make_model
 from annotated.data import PAD_ID, encode_pairs, load_tokenizer, token_batches
 from annotated.multi30k import MULTI30K_ENV, load_multi30k
 from annotated.positional import Dropout
+from annotated.tasks import run_config
 from annotated.training import Batch, make_optimizer, noam_scheduler, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL_KEYS = ("d_model", "n_heads", "d_ff", "n_layers", "dropout", "embedding_init", "norm_first")
 
 
 def recipe_batches(data_dir: str, count: int, max_tokens: int) -> tuple[list[Batch], int]:
@@ -73,7 +73,7 @@ def main() -> None:
     batches, vocab = recipe_batches(args.data_dir, warm + args.updates, recipe["max_tokens"])
     assert all(b.causal_only for b in batches), "Multi30k batches are padded at their ends"
     torch.manual_seed(0)
-    config = {key: recipe[key] for key in MODEL_KEYS}
+    config = run_config(recipe).model_overrides()  # every model field the preset sets
     base = make_model(vocab, vocab, shared_vocab=True, **config)
     masked = [with_mask(b) for b in batches]
     variants = {
