@@ -104,6 +104,9 @@ def add_train_options(train: argparse.ArgumentParser) -> None:
         help="start at the schedule's peak and hold it for --warmup updates, then decay (an ablation)")
     add("--lr-factor", type=pos_float, default=None,
         help=f"multiplies the schedule of §5.3 (default {per_task('lr_factor')})")
+    add("--decay-to", type=pos_int, default=None, metavar="N",
+        help="after the warm-up, lower the rate linearly from its peak to 0 at update N "
+        "(default: the inverse square root of §5.3)")
     add("--eval-every", type=pos_int, default=None,
         help="validation every N updates: perplexity (multi30k), or held-out exact match (copy), "
         f"and a weight snapshot (default {per_task('eval_every')})")
@@ -215,6 +218,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ValueError("train needs a budget: --steps N, --minutes M, or both")
     else:
         cfg, resumed, run = run_config(vars(args)).with_task_defaults(), None, uuid.uuid4().hex[:12]
+    if cfg.decay_to is not None and cfg.decay_to <= cfg.warmup:
+        raise ValueError(
+            f"--decay-to must be above --warmup (the rate falls after its peak), "
+            f"got {cfg.decay_to} and {cfg.warmup}"
+        )
     created, out, rt = False, Path(cfg.out), None
     try:
         device = device_of(cfg.device)

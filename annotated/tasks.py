@@ -5,6 +5,7 @@ __all__ = ['MODEL_FIELDS', 'RunConfig', 'PRESETS', 'TASKS', 'RunOptions', 'run_c
            'activation_bytes', 'Task', 'CopyTask', 'Multi30kTask', 'train']
 
 # %% ../notebooks/25_tasks.ipynb #c002
+import contextlib
 import dataclasses
 import math
 import os
@@ -42,6 +43,7 @@ class RunOptions:
     warmup: int | None = None  # None here and below: the task's default
     no_warmup: bool = False  # the peak rate from the first update, held until `warmup` (notebook 23)
     lr_factor: float | None = None
+    decay_to: int | None = None  # after the peak, the rate falls linearly to 0 at this update
     eval_every: int | None = None
     log_every: int | None = None
     average: int = 5
@@ -97,13 +99,10 @@ def available_memory(device: torch.device) -> int:
     """Bytes that this process could still allocate on `device` (CPU: the kernel's MemAvailable)."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
@@ -299,7 +298,7 @@ class Multi30kTask(Task):
             "training": {"steps": step, "epochs": self.epoch + (self.position > 0),
                          "wall_seconds": round(trained["wall"], 1), "max_tokens_per_batch": cfg.max_tokens,
                          "warmup": cfg.warmup, "no_warmup": cfg.no_warmup, "lr_factor": cfg.lr_factor,
-                         "label_smoothing": cfg.label_smoothing,
+                         "decay_to": cfg.decay_to, "label_smoothing": cfg.label_smoothing,
                          "vocab_size": self.tok.get_vocab_size(), "seed": cfg.seed},
             "val": {"weights": used,  # the weights that the numbers below and the test BLEU belong to
                     "averaged_snapshots": len(snapshots) if used == "averaged" else 1,
@@ -345,7 +344,8 @@ def _train(task: Task, cfg, rt, run, argv, signals, resumed) -> dict:
     model = task.model().to(rt.device)
     loss_fn = LabelSmoothingLoss(model.cfg.tgt_vocab, task.pad_id, smoothing=cfg.label_smoothing)
     optimizer = make_optimizer(model)
-    scheduler = noam_scheduler(optimizer, model.cfg.d_model, cfg.warmup, cfg.lr_factor, cfg.no_warmup)
+    scheduler = noam_scheduler(optimizer, model.cfg.d_model, cfg.warmup, cfg.lr_factor, cfg.no_warmup,
+                               cfg.decay_to)  # fmt: skip
     resume_into(resumed, model, optimizer, scheduler, cfg.out)
     net = DistributedDataParallel(model) if rt.world_size > 1 else model
     log = print if rt.main else (lambda *a, **k: None)

@@ -164,6 +164,7 @@ def noam_scheduler(
     warmup: int,
     factor: float = 1.0,
     hold_peak: bool = False,  # True: no warm-up, the peak rate from update 1 until `warmup`
+    decay_to: int | None = None,  # after the peak, fall linearly to 0 at this update (not Eq. 3)
 ) -> LambdaLR:
     """Set the optimizer's learning rate to factor * noam_lr, one step per update (§5.3)."""
     noam_lr(1, d_model, warmup)  # check the arguments now rather than at the first step
@@ -176,10 +177,20 @@ def noam_scheduler(
                 f"optimizer must be built with lr=1.0 so the schedule is the learning rate "
                 f"(scale it with factor=), got lr={lr} in param group {i}"
             )
+    if decay_to is not None and not (type(decay_to) is int and decay_to > warmup):
+        raise ValueError(f"decay_to must be an int > warmup ({warmup}), got {decay_to!r}")
     # LambdaLR counts from 0 (at construction); update k uses the rate of step k. Holding the peak
     # (an ablation: notebook 23, Table 3 in 15c) gives updates before `warmup` the rate of `warmup`.
     first = warmup if hold_peak else 1
-    return LambdaLR(optimizer, lambda last: factor * noam_lr(max(last + 1, first), d_model, warmup))
+
+    def rate(last: int) -> float:
+        step = max(last + 1, first)
+        if decay_to is None or step <= warmup:
+            return factor * noam_lr(step, d_model, warmup)
+        peak = noam_lr(warmup, d_model, warmup)  # a straight line from the peak down to 0
+        return factor * peak * max(decay_to - step, 0) / (decay_to - warmup)
+
+    return LambdaLR(optimizer, rate)
 
 
 def make_optimizer(

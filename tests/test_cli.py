@@ -298,6 +298,7 @@ def test_every_model_field_is_an_option_and_the_defaults_are_the_papers():
         "position_init": "sinusoid",
     }
     assert train_config("--no-warmup").no_warmup and not cfg.no_warmup
+    assert train_config("--decay-to", "900").decay_to == 900 and cfg.decay_to is None
 
 
 def test_the_cpu_preset_is_the_recorded_recipe_and_given_options_win(monkeypatch):

@@ -388,6 +388,18 @@ def test_a_huge_learning_rate_stops_cleanly(capsys, tmp_path):
     assert not (tmp_path / "results.json").exists() and temporaries(tmp_path) == []
 
 
+def test_a_decay_that_ends_before_the_peak_is_refused(capsys, tmp_path):
+    out = tmp_path / "run"
+    err = fails(
+        capsys, [*COPY, "--steps", "5", "--warmup", "100", "--decay-to", "100", "--out", out]
+    )
+    assert (
+        err
+        == "error: --decay-to must be above --warmup (the rate falls after its peak), got 100 and 100"
+    )
+    assert not out.exists()  # refused before the run's folder was made
+
+
 def test_results_are_strict_json(tmp_path):
     write_results(tmp_path / "r.json", {"loss": math.nan, "curve": [(1, math.inf)], "ok": 1.5})
 

@@ -317,6 +317,24 @@ def test_scheduler_without_warm_up_holds_the_peak_then_decays_the_same():
         optimizer.step(), scheduler.step()
 
 
+def test_scheduler_decay_to_falls_linearly_from_the_peak_to_zero():
+    """decay_to: Eq. 3's warm-up and peak, then a straight line to 0 at update decay_to, and 0 after."""
+    optimizer = make_optimizer(tiny_model())
+    scheduler = noam_scheduler(optimizer, d_model=16, warmup=4, factor=2.0, decay_to=12)
+    rates = []
+    for _ in range(14):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step(), scheduler.step()
+    peak = 2.0 * noam_lr(4, 16, 4)
+    assert all(math.isclose(rates[k - 1], 2.0 * noam_lr(k, 16, 4)) for k in (1, 2, 3, 4))
+    assert math.isclose(rates[8 - 1], peak / 2)  # halfway from update 4 to update 12
+    assert rates[12 - 1] == 0.0 and rates[13 - 1] == 0.0
+    falls = [a - b for a, b in zip(rates[3:11], rates[4:12], strict=True)]
+    assert all(math.isclose(d, peak / 8) for d in falls)  # the same drop at every update
+    held = noam_scheduler(make_optimizer(tiny_model()), 16, 4, hold_peak=True, decay_to=12)
+    assert math.isclose(held.get_last_lr()[0], noam_lr(4, 16, 4))  # no warm-up: the peak at once
+
+
 def test_scheduler_bad_input():
     model = tiny_model()
     with pytest.raises(ValueError, match="lr=1.0"):
@@ -325,6 +343,11 @@ def test_scheduler_bad_input():
         noam_scheduler(make_optimizer(model), 16, 0)
     with pytest.raises(ValueError, match="factor"):
         noam_scheduler(make_optimizer(model), 16, 10, factor=0.0)
+    for bad in (10, 3, 12.5):
+        with pytest.raises(
+            ValueError, match=rf"decay_to must be an int > warmup \(10\), got {bad}"
+        ):
+            noam_scheduler(make_optimizer(model), 16, 10, decay_to=bad)
 
 
 # ---- Training step and accumulation -----------------------------------------------------------------
