@@ -216,8 +216,8 @@ class CopyTask(Task):
         print(f"held-out exact match: {final:.1%}, averaged over {len(snapshots)} snapshots {avg:.1%}")
         training = {"steps": step, "wall_seconds": round(trained["wall"], 1), "processes": self.rt.world_size,
                     "batch_size": cfg.batch_size, "seq_len": cfg.seq_len, "min_len": cfg.min_len,
-                    "vocab_size": cfg.copy_vocab, "warmup": cfg.warmup, "lr_factor": cfg.lr_factor,
-                    "label_smoothing": cfg.label_smoothing, "seed": cfg.seed,
+                    "vocab_size": cfg.copy_vocab, "label_smoothing": cfg.label_smoothing, "seed": cfg.seed,
+                    **{k: getattr(cfg, k) for k in ("warmup", "no_warmup", "lr_factor", "decay_to")},
                     # every process's weights against rank 0's: 0.0 unless the replicas drifted apart
                     "replica_max_abs_diff": trained["replica_diff"]}  # fmt: skip
         heldout = {"sequences": len(self.held[0]), "exact_match": final, "exact_match_averaged": avg,

@@ -162,6 +162,7 @@ def test_train_copy_end_to_end(tmp_path):
     training, heldout = results["training"], results["heldout"]
     assert training["steps"] == 2 and training["processes"] == 1
     assert training["warmup"] == 100 and training["lr_factor"] == 0.5  # the copy task's defaults
+    assert training["no_warmup"] is False and training["decay_to"] is None  # the schedule of §5.3
     assert heldout["sequences"] == 200 and 0.0 <= heldout["exact_match"] <= 1.0
     assert {"exact_match_averaged", "averaged_snapshots", "curve"} <= set(heldout)
     assert [s for s, _ in results["train_curve"]] == [1, 2]
