@@ -181,14 +181,13 @@ def noam_scheduler(
         raise ValueError(f"decay_to must be an int > warmup ({warmup}), got {decay_to!r}")
     # LambdaLR counts from 0 (at construction); update k uses the rate of step k. Holding the peak
     # (an ablation: notebook 23, Table 3 in 15c) gives updates before `warmup` the rate of `warmup`.
-    first = warmup if hold_peak else 1
+    first, peak = (warmup if hold_peak else 1), noam_lr(warmup, d_model, warmup)
 
     def rate(last: int) -> float:
         step = max(last + 1, first)
         if decay_to is None or step <= warmup:
             return factor * noam_lr(step, d_model, warmup)
-        peak = noam_lr(warmup, d_model, warmup)  # a straight line from the peak down to 0
-        return factor * peak * max(decay_to - step, 0) / (decay_to - warmup)
+        return factor * peak * max(decay_to - step, 0) / (decay_to - warmup)  # a line down to 0
 
     return LambdaLR(optimizer, rate)
 
