@@ -76,10 +76,10 @@ def add_model_options(train: argparse.ArgumentParser) -> None:
         if f.type is bool and f.default:  # on in the paper: the option turns it off
             flags = [f"--no-{f.name.replace('_', '-')}", *OLD_NAMES.get(f.name, ())]
             model.add_argument(*flags, dest=f.name, action="store_const", const=False, default=None,
-                               help=f"model: {f.name} = False ({note})")  # fmt: skip
+                               help=f"model: {f.name} = False ({note})")
         elif f.type is bool:
             model.add_argument(flag, dest=f.name, action="store_const", const=True, default=None,
-                               help=f"model: {f.name} = True ({note})")  # fmt: skip
+                               help=f"model: {f.name} = True ({note})")
         else:
             kind = int if f.type == int | None else f.type  # d_k: None (d_model / h) unless given
             model.add_argument(flag, type=kind, default=None, help=f"model: {f.name} ({note})")
@@ -121,7 +121,7 @@ def add_train_options(train: argparse.ArgumentParser) -> None:
         help="continue the run saved in DIR (its own options; --steps or --minutes may grow) until "
         "it ends where an uninterrupted run would have ended")
     add("--seed", type=int, default=0, help="random seed (default 0)")
-    add("--device", default=None, help="cpu or cuda (default: cuda when available)")  # fmt: skip
+    add("--device", default=None, help="cpu or cuda (default: cuda when available)")
 
 
 def add_task_options(parser: argparse.ArgumentParser) -> None:
@@ -145,7 +145,7 @@ def add_task_options(parser: argparse.ArgumentParser) -> None:
         ("--batch-size", 32, "sequences per update, over all processes together"),
         ("--eval-size", 200, "held-out sequences for the exact match"),
     ):
-        copy.add_argument(flag, type=pos_int, default=default, help=f"copy: {what} (default {default})")  # fmt: skip
+        copy.add_argument(flag, type=pos_int, default=default, help=f"copy: {what} (default {default})")
 
 # %% ../notebooks/16_command_line.ipynb #c006
 def build_parser() -> argparse.ArgumentParser:
@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(func=cmd_evaluate)
     translate.add_argument("text", nargs="*",
                            help="sentences to translate (default: one per line on standard input)")
-    translate.set_defaults(func=cmd_translate)  # fmt: skip
+    translate.set_defaults(func=cmd_translate)
     from annotated.grading import add_check_command  # grade a learner's own pieces (appendix 17a)
     from annotated.onnx_export import add_command as add_export_onnx  # notebook 19
 

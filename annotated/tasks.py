@@ -77,7 +77,7 @@ class RunOptions:
 
 RunConfig = dataclasses.make_dataclass(  # None: the task's model's value, else the paper's
     "RunConfig", [(f.name, f.type | None, None) for f in MODEL_FIELDS], bases=(RunOptions,), frozen=True,
-    namespace={"__doc__": "A training run: its options and the model fields it overrides."})  # fmt: skip
+    namespace={"__doc__": "A training run: its options and the model fields it overrides."})
 RunConfig.__module__ = __name__
 
 
@@ -92,7 +92,7 @@ PRESETS = {
         embedding_init="normal", norm_first=True, warmup=500, lr_factor=1.0, max_tokens=1024,
         eval_every=150, log_every=50, average=5,
     ),
-}  # fmt: skip
+}
 
 # %% ../notebooks/25_tasks.ipynb #c009
 def available_memory(device: torch.device) -> int:
@@ -170,7 +170,7 @@ class Task:
 class CopyTask(Task):
     name, title, threads, pad_id = "copy", "copy", 1, COPY_PAD
     defaults = {"warmup": 100, "lr_factor": 0.5, "embedding_init": "xavier", "eval_every": 50,
-                "log_every": 100}  # fmt: skip
+                "log_every": 100}
 
     def check(self, device: torch.device) -> None:
         cfg = self.cfg
@@ -194,7 +194,7 @@ class CopyTask(Task):
     def batches(self, step: int, progress: dict) -> Iterator[Batch]:
         cfg, rt = self.cfg, self.rt
         stream = copy_batches(None, cfg.batch_size, cfg.seq_len, cfg.copy_vocab, cfg.seed, cfg.min_len,
-                              exclude=self.held[0])  # fmt: skip
+                              exclude=self.held[0])
         for _ in range(step):  # the same stream: skip the batches a resumed run trained on
             next(stream)
         for src, tgt in stream:
@@ -219,18 +219,18 @@ class CopyTask(Task):
                     "vocab_size": cfg.copy_vocab, "label_smoothing": cfg.label_smoothing, "seed": cfg.seed,
                     **{k: getattr(cfg, k) for k in ("warmup", "no_warmup", "lr_factor", "decay_to")},
                     # every process's weights against rank 0's: 0.0 unless the replicas drifted apart
-                    "replica_max_abs_diff": trained["replica_diff"]}  # fmt: skip
+                    "replica_max_abs_diff": trained["replica_diff"]}
         heldout = {"sequences": len(self.held[0]), "exact_match": final, "exact_match_averaged": avg,
                    "averaged_snapshots": len(snapshots), "snapshot_every": cfg.eval_every,
                    "first_full_match_averaged": first,
-                   "curve": trained["evals"]}  # (step, seconds, exact match, averaged)  # fmt: skip
+                   "curve": trained["evals"]}  # (step, seconds, exact match, averaged)
         return {"training": training, "heldout": heldout}
 
 # %% ../notebooks/25_tasks.ipynb #c013
 class Multi30kTask(Task):
     name, title = "multi30k", "multi30k de-en"
     defaults = {"warmup": 4000, "lr_factor": 1.0, "embedding_init": "normal", "eval_every": 200,
-                "log_every": 50}  # fmt: skip
+                "log_every": 50}
 
     def check(self, device: torch.device) -> None:
         cfg = self.cfg
@@ -305,7 +305,7 @@ class Multi30kTask(Task):
                     "loss": round(val[used]["loss"], 4), "perplexity": round(val[used]["perplexity"], 3),
                     **{f"{k}_perplexity": round(v["perplexity"], 3) for k, v in val.items()},
                     "curve": trained["evals"]},
-        }  # fmt: skip
+        }
         if self.test is not None:
             test = {"split": cfg.test_split}
             for key, beam in (("greedy", 1), ("beam", cfg.beam)):
@@ -313,7 +313,7 @@ class Multi30kTask(Task):
             results["test"] = test
             g, b = test["greedy"], test["beam"]
             print(f"test BLEU: greedy {g['bleu']} (tokenized {g['tokenized_bleu']}), "
-                  f"beam {b['bleu']} (tokenized {b['tokenized_bleu']})")  # fmt: skip
+                  f"beam {b['bleu']} (tokenized {b['tokenized_bleu']})")
         if cfg.export_half:
             half = Transformer(model.cfg)
             half.load_state_dict(model.state_dict())
@@ -325,7 +325,7 @@ TASKS: dict[str, type[Task]] = {"multi30k": Multi30kTask, "copy": CopyTask}  # a
 
 # %% ../notebooks/25_tasks.ipynb #c015
 def train(cfg: RunConfig, rt: Runtime, run: str, argv: list[str], signals=None,
-          resumed: Checkpoint | None = None) -> dict:  # fmt: skip
+          resumed: Checkpoint | None = None) -> dict:
     """Train cfg.task within the budget; return the results (rank 0 also writes the run's files)."""
     task = TASKS[cfg.task](cfg, rt)
     threads = torch.get_num_threads()
@@ -345,7 +345,7 @@ def _train(task: Task, cfg, rt, run, argv, signals, resumed) -> dict:
     loss_fn = LabelSmoothingLoss(model.cfg.tgt_vocab, task.pad_id, smoothing=cfg.label_smoothing)
     optimizer = make_optimizer(model)
     scheduler = noam_scheduler(optimizer, model.cfg.d_model, cfg.warmup, cfg.lr_factor, cfg.no_warmup,
-                               cfg.decay_to)  # fmt: skip
+                               cfg.decay_to)
     resume_into(resumed, model, optimizer, scheduler, cfg.out)
     net = DistributedDataParallel(model) if rt.world_size > 1 else model
     log = print if rt.main else (lambda *a, **k: None)
@@ -355,7 +355,7 @@ def _train(task: Task, cfg, rt, run, argv, signals, resumed) -> dict:
         progress = resumed.extra["progress"]
         log(f"resuming at update {resumed.step}")
     trainer = Trainer(net, loss_fn, optimizer, scheduler, step=resumed.step if resumed else 0,
-                      world_size=rt.world_size)  # fmt: skip
+                      world_size=rt.world_size)
     curve, evals = [tuple(c) for c in progress["curve"]], [tuple(e) for e in progress["evals"]]
     snapshots = Snapshots(cfg.average, folder.load_snapshots(resumed))
     folder.saved_step = resumed.step if resumed else None
@@ -373,7 +373,7 @@ def _train(task: Task, cfg, rt, run, argv, signals, resumed) -> dict:
             folder.diverged(step, loss)
         curve.append((step, round(loss, 4)))
         if rt.main and step % cfg.log_every == 0:
-            log(task.log_line(step, loss, time.time() - started, scheduler.get_last_lr()[0]))
+            log(task.log_line(step, loss, time.time() - started, trainer.lr))
         if rt.main and step % cfg.eval_every == 0:
             snapshots.add(step, model)
             evals.append(task.evaluate(model, snapshots, step, time.time() - started))
@@ -393,7 +393,7 @@ def _train(task: Task, cfg, rt, run, argv, signals, resumed) -> dict:
     trained = {"steps": step, "wall": wall, "replica_diff": diff, "evals": evals}
     report = task.report(model, snapshots, trained, folder)
     results = {**run_record(task.title, run, argv, rt, model), **report,
-               "train_curve": curve[:: max(1, len(curve) // 200)]}  # fmt: skip
+               "train_curve": curve[:: max(1, len(curve) // 200)]}
     write_results(Path(cfg.results) if cfg.results else folder.out / "results.json", results)
     folder.drop_snapshots()
     write_manifest(folder.out, run, step)

@@ -2,7 +2,7 @@
 
 # %% auto #0
 __all__ = ['SPECIAL_IDS', 'Batch', 'SpecialIds', 'strip_specials', 'LabelSmoothingLoss', 'noam_lr', 'noam_scheduler',
-           'make_optimizer', 'train_step', 'Trainer', 'average_weights', 'Snapshots']
+           'make_optimizer', 'schedule_rates', 'train_step', 'Trainer', 'average_weights', 'Snapshots']
 
 # %% ../notebooks/12_training.ipynb #c002
 # Legend: B batch, S source len, T target len, V vocab, N = B * T target positions.
@@ -198,6 +198,17 @@ def make_optimizer(
     """Build Adam with the paper's betas and eps; lr=1.0 leaves the rate to noam_scheduler (§5.3)."""
     return torch.optim.Adam(model.parameters(), lr=lr, betas=betas, eps=eps)
 
+
+def schedule_rates(updates: int, d_model: int, warmup: int, **options) -> list[float]:
+    """The rates noam_scheduler(optimizer, d_model, warmup, **options) gives updates 1..`updates`."""
+    positive_int(updates, "updates")
+    optimizer = make_optimizer(nn.Linear(1, 1))  # a stand-in: only its learning rate is read
+    scheduler, rates = noam_scheduler(optimizer, d_model, warmup, **options), []
+    for _ in range(updates):
+        rates.append(scheduler.get_last_lr()[0])
+        optimizer.step(), scheduler.step()
+    return rates
+
 # %% ../notebooks/12_training.ipynb #c027
 def _update_tokens(batches: list[Batch], n_tokens: int | None, world_size: int) -> int:
     """Check and return the loss's denominator: the real target tokens of the whole update."""
@@ -281,10 +292,12 @@ class Trainer:
         self.accum_steps, self.clip_norm, self.world_size = accum_steps, clip_norm, world_size
         self.step = step  # optimizer updates made so far (restored from a checkpoint to resume)
         self.history: list[tuple[int, float]] = []  # (step, loss per real token) of every update
+        self.lr: float | None = None  # the learning rate of the latest update (first param group)
 
     def update(self, group: list[Batch]) -> float:
         """One update on these micro-batches; with several processes, the loss of all their batches."""
         args = (self.optimizer, group, self.scheduler, self.clip_norm)
+        self.lr = self.optimizer.param_groups[0]["lr"]  # the scheduler moves it on after the update
         if self.world_size == 1:
             loss = train_step(self.model, self.loss_fn, *args)
         else:

@@ -22,6 +22,7 @@ from annotated.training import (
     make_optimizer,
     noam_lr,
     noam_scheduler,
+    schedule_rates,
     strip_specials,
     train_step,
 )
@@ -319,12 +320,7 @@ def test_scheduler_without_warm_up_holds_the_peak_then_decays_the_same():
 
 def test_scheduler_decay_to_falls_linearly_from_the_peak_to_zero():
     """decay_to: Eq. 3's warm-up and peak, then a straight line to 0 at update decay_to, and 0 after."""
-    optimizer = make_optimizer(tiny_model())
-    scheduler = noam_scheduler(optimizer, d_model=16, warmup=4, factor=2.0, decay_to=12)
-    rates = []
-    for _ in range(14):
-        rates.append(optimizer.param_groups[0]["lr"])
-        optimizer.step(), scheduler.step()
+    rates = schedule_rates(14, 16, 4, factor=2.0, decay_to=12)
     peak = 2.0 * noam_lr(4, 16, 4)
     assert all(math.isclose(rates[k - 1], 2.0 * noam_lr(k, 16, 4)) for k in (1, 2, 3, 4))
     assert math.isclose(rates[8 - 1], peak / 2)  # halfway from update 4 to update 12
@@ -333,6 +329,19 @@ def test_scheduler_decay_to_falls_linearly_from_the_peak_to_zero():
     assert all(math.isclose(d, peak / 8) for d in falls)  # the same drop at every update
     held = noam_scheduler(make_optimizer(tiny_model()), 16, 4, hold_peak=True, decay_to=12)
     assert math.isclose(held.get_last_lr()[0], noam_lr(4, 16, 4))  # no warm-up: the peak at once
+
+
+def test_schedule_rates_are_the_rates_the_scheduler_sets():
+    rates = schedule_rates(11, 16, 5, factor=2.0, hold_peak=True)
+    optimizer = make_optimizer(tiny_model())
+    scheduler = noam_scheduler(optimizer, 16, 5, factor=2.0, hold_peak=True)
+    for rate in rates:
+        assert rate == optimizer.param_groups[0]["lr"]
+        optimizer.step(), scheduler.step()
+    with pytest.raises(ValueError, match="updates must be"):
+        schedule_rates(0, 16, 5)
+    with pytest.raises(ValueError, match="decay_to"):
+        schedule_rates(3, 16, 5, decay_to=5)
 
 
 def test_scheduler_bad_input():
@@ -422,11 +431,19 @@ def test_trainer_groups_logs_and_calls_back():
     model = tiny_model()
     optimizer = make_optimizer(model)
     scheduler = noam_scheduler(optimizer, d_model=16, warmup=4)
-    seen = []
+    seen, rates = [], []
     trainer = Trainer(model, LabelSmoothingLoss(V, PAD), optimizer, scheduler, accum_steps=2)
-    log = trainer.fit(iter(micro), progress=False, callback=lambda s, loss: seen.append((s, loss)))
+    assert trainer.lr is None  # no update yet
+
+    def callback(step, loss):
+        seen.append((step, loss)), rates.append(trainer.lr)
+
+    log = trainer.fit(iter(micro), progress=False, callback=callback)
     assert [s for s, _ in log] == [1, 2, 3]  # groups of 2, 2 and a short last one of 1
     assert seen == log == trainer.history and scheduler.last_epoch == 3
+    # trainer.lr: the rate the update used, not the next one the scheduler has already set
+    assert rates == pytest.approx([noam_lr(k, 16, 4) for k in (1, 2, 3)])
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(noam_lr(4, 16, 4))
     assert all(math.isfinite(loss) and loss > 0 for _, loss in log)
 
 
