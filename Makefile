@@ -12,9 +12,9 @@ HTML   := book/_build/html/index.html
 .PHONY: book test install export run-notebook check-export lint lint-workflows test-suite test-unit test-notebooks \
 	test-dist book-check test-browser test-portable test-latest bench repo-url clean
 
-# Settings under which this machine computes as another CPU would (tools/portable_env.py shows that
-# each one changes PyTorch's results here): PyTorch's scalar kernels, MKL's SSE2-compatible code path,
-# one thread.
+# Settings under which this machine computes as another CPU would (tools/portable_env.py shows which
+# of them change PyTorch's results on the machine it runs on): PyTorch's scalar kernels, MKL's
+# SSE2-compatible code path, one thread.
 PORTABLE := env ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 NBVAL    := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
 # The unit tests and the notebooks share one pool of pytest workers (pytest-xdist; a test file or a
