@@ -1,9 +1,9 @@
 """Show which environment variables change PyTorch's CPU arithmetic in this build.
 
 `make test-portable` runs the tests under settings that make this machine compute the way an older or
-different CPU would. This script proves each setting is not a no-op: it runs the same small computations
-(a float32 matrix product through BLAS, and 20 training updates of a tiny Transformer) in a fresh
-process per setting and prints whether the results differ, bit for bit, from the defaults.
+different CPU would. This script shows which settings are not a no-op here: it runs the same small
+computations (a float32 matrix product through BLAS, and 20 training updates of a tiny Transformer)
+in a fresh process per setting and prints whether the results differ, bit for bit, from the defaults.
 
     python tools/portable_env.py           # print the table
     python tools/portable_env.py --check   # exit 1 if PORTABLE_ENV changes nothing at all here
@@ -85,12 +85,10 @@ def main() -> int:
     if inert:
         print("no effect on this machine (other machines differ): " + ", ".join(inert))
     vector = torch.backends.cpu.get_cpu_capability().upper() != "DEFAULT"
-    if marks == ["same", "same"] and vector:
-        print(
-            "the portable settings change nothing here: make test-portable would test nothing new"
-        )
-        return 1 if args.check else 0
-    return 0
+    useless = marks == ["same", "same"] and vector
+    if useless:
+        print("the settings change nothing here: make test-portable would test nothing new")
+    return int(args.check and useless)
 
 
 if __name__ == "__main__":
