@@ -1,44 +1,64 @@
 """annotated: the annotated, tested walkthrough of "Attention Is All You Need" (Vaswani et al., 2017).
 
-The modules are generated from the notebooks in `notebooks/` (edit those, then run `nbdev-export`);
-this file, written by hand, re-exports the public API.
+The package is split by role, lower roles first: `validation` and `files` (helpers every role may use),
+`model`, `data`, `training`, `decoding` (and evaluation), `check` (the graders) and `app` (run
+configurations, tasks, inference, export and the command line). A role imports only from roles below it.
+The modules are generated from the notebooks in `notebooks/` (edit those, then run `make export`);
+this file and each role's `__init__.py`, written by hand, re-export the public API.
 """
 
+import importlib.abc
+import sys
+
 from annotated import check
-from annotated.attention import attention
-from annotated.checkpoint import load_checkpoint, save_checkpoint
-from annotated.copy_task import COPY_MODEL, copy_batches, copy_model, exact_match, simple_greedy_decode
-from annotated.data import load_tokenizer, token_batches, train_tokenizer
-from annotated.decoder import Decoder, DecoderLayer
-from annotated.decoding import beam_search, greedy_decode, length_penalty
-from annotated.embeddings import Embeddings
-from annotated.encoder import Encoder, EncoderLayer
-from annotated.evaluation import corpus_bleu, tokenized_bleu
-from annotated.feed_forward import PositionwiseFeedForward
-from annotated.masks import causal_mask, padding_mask
-from annotated.model import Transformer, TransformerConfig, make_model
-from annotated.multi30k import load_multi30k
-from annotated.multi_head import MultiHeadAttention
-from annotated.norm import LayerNorm, SublayerConnection
-from annotated.positional import (
+from annotated.data import load_multi30k, load_tokenizer, token_batches, train_tokenizer
+from annotated.data.vocab import SPECIAL_IDS, SpecialIds, strip_specials
+from annotated.decoding import (
+    COPY_MODEL,
+    beam_search,
+    copy_model,
+    corpus_bleu,
+    exact_match,
+    greedy_decode,
+    length_penalty,
+    simple_greedy_decode,
+    tokenized_bleu,
+)
+from annotated.data.copy_task import copy_batches
+from annotated.app.config import PRESETS, RunConfig
+from annotated.app.tasks import TASKS, Task
+from annotated.model import (
+    Decoder,
+    DecoderLayer,
+    Embeddings,
+    Encoder,
+    EncoderLayer,
+    LayerNorm,
+    MultiHeadAttention,
     PositionalEncoding,
+    PositionwiseFeedForward,
+    SublayerConnection,
+    Transformer,
+    TransformerConfig,
     angular_frequencies,
+    attention,
+    causal_mask,
+    make_model,
+    padding_mask,
     relative_shift_matrix,
     sinusoidal_encoding,
 )
-from annotated.tasks import PRESETS, TASKS, RunConfig, Task
 from annotated.training import (
-    SPECIAL_IDS,
     Batch,
     LabelSmoothingLoss,
     Snapshots,
-    SpecialIds,
     Trainer,
     average_weights,
+    load_checkpoint,
     make_optimizer,
     noam_lr,
     noam_scheduler,
-    strip_specials,
+    save_checkpoint,
     train_step,
 )
 
@@ -117,3 +137,47 @@ def __getattr__(name: str):
 
         return attention_chart
     raise AttributeError(f"module 'annotated' has no attribute {name!r}")
+
+
+# Modules of the flat layout (before the package was split by role) and where their code lives now.
+MOVED = {
+    "attention": "annotated.model.attention",
+    "masks": "annotated.model.masks",
+    "multi_head": "annotated.model.multi_head (the cache: annotated.model.cache)",
+    "positional": "annotated.model.positional (Dropout: annotated.model.dropout)",
+    "embeddings": "annotated.model.embeddings",
+    "norm": "annotated.model.norm",
+    "feed_forward": "annotated.model.feed_forward",
+    "encoder": "annotated.model.encoder",
+    "decoder": "annotated.model.decoder",
+    "checkpoint": "annotated.training.checkpoint (atomic_write: annotated.files)",
+    "copy_task": "annotated.data.copy_task and annotated.decoding.copy_task",
+    "evaluation": "annotated.decoding.evaluation",
+    "multi30k": "annotated.data.multi30k",
+    "checks": "annotated.validation",
+    "grading": "annotated.check.framework and annotated.check.command",
+    "check_model": "annotated.check.layer_checks and annotated.check.model_checks",
+    "check_training": "annotated.check.training_checks",
+    "check_decoding": "annotated.check.decoding_checks",
+    "runs": "annotated.training.runs and annotated.training.processes",
+    "tasks": "annotated.app.tasks, annotated.app.config and annotated.app.run",
+    "inference": "annotated.app.inference",
+    "onnx_export": "annotated.app.onnx_export and annotated.app.onnx_graphs",
+    "cli": "annotated.app.cli and annotated.app.parser",
+}
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder):
+    """Answer `import annotated.multi_head` and the like with where that module lives now."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        package, _, name = fullname.partition(".")
+        if package == "annotated" and name in MOVED:
+            raise ModuleNotFoundError(
+                f"{fullname} was split by role: import from {MOVED[name]} (or from annotated)",
+                name=fullname,
+            )
+        return None
+
+
+sys.meta_path.append(_MovedFinder())

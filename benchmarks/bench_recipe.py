@@ -28,9 +28,9 @@ import torch
 
 from annotated import PRESETS, LabelSmoothingLoss, make_model
 from annotated.data import PAD_ID, encode_pairs, load_tokenizer, token_batches
-from annotated.multi30k import MULTI30K_ENV, load_multi30k
-from annotated.positional import Dropout
-from annotated.tasks import run_config
+from annotated.data import MULTI30K_ENV, load_multi30k
+from annotated.model import Dropout
+from annotated.app import run_config
 from annotated.training import Batch, make_optimizer, noam_scheduler, train_step
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ from _timing import median_ms
 from torch import nn
 
 from annotated import causal_mask, make_model, padding_mask
-from annotated.positional import Dropout
+from annotated.model import Dropout
 
 CONFIGS = [  # (d_model, heads, d_ff, layers, batch, length)
     (256, 8, 1024, 3, 32, 32),

@@ -8,7 +8,7 @@ from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/torch_reference.py
 
-from annotated.multi30k import MULTI30K_ENV, MULTI30K_SHA256  # noqa: E402
+from annotated.data import MULTI30K_ENV, MULTI30K_SHA256  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # the Multi30k files: the environment's folder, else the shared copy beside the repository

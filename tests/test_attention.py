@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from annotated.attention import attention
+from annotated.model import attention
 
 
 @settings(max_examples=25, deadline=None)

@@ -14,9 +14,9 @@ import pytest
 import torch
 from conftest import DATA
 
-import annotated.cli as cli
-from annotated.checkpoint import load_checkpoint
-from annotated.cli import build_parser, main
+import annotated.app.cli as cli
+from annotated.training import load_checkpoint
+from annotated.app import build_parser, main, with_task_defaults
 from annotated.data import token_batches
 from annotated.model import TransformerConfig
 
@@ -257,7 +257,7 @@ OLD_TRAIN_OPTIONS = {
 
 
 def train_config(*args):
-    from annotated.tasks import run_config
+    from annotated.app import run_config
 
     return run_config(vars(build_parser().parse_args(["train", *args])))
 
@@ -273,12 +273,12 @@ def test_old_option_names_still_work_and_reach_the_config():
     }  # fmt: skip
     assert (cfg.warmup, cfg.lr_factor, cfg.eval_every, cfg.save_every) == (7, 2.0, 5, 4)
     assert (cfg.max_tokens, cfg.test_split, cfg.no_test, cfg.copy_vocab) == (512, "val", True, 9)
-    assert cfg.with_task_defaults() == cfg  # nothing left for the task to fill in
+    assert with_task_defaults(cfg) == cfg  # nothing left for the task to fill in
 
 
 def test_every_model_field_is_an_option_and_the_defaults_are_the_papers():
     from annotated.model import TransformerConfig
-    from annotated.tasks import MODEL_FIELDS
+    from annotated.app import MODEL_FIELDS
 
     decided = {"src_vocab", "tgt_vocab", "shared_vocab"}  # by the task's data
     assert {f.name for f in MODEL_FIELDS} == {f.name for f in fields(TransformerConfig)} - decided
@@ -288,7 +288,7 @@ def test_every_model_field_is_an_option_and_the_defaults_are_the_papers():
         assert f"--{name}" in text or f"--no-{name}" in text, f.name
     cfg = train_config("--steps", "1")
     assert cfg.model_overrides() == {}  # no option given: the paper's model
-    filled = cfg.with_task_defaults()
+    filled = with_task_defaults(cfg)
     assert (filled.warmup, filled.embedding_init, filled.save_every) == (4000, "normal", 200)
     assert train_config("--no-scale-attention").scale_attention is False  # the new name too
     assert train_config("--no-tie-output").model_overrides() == {"tie_output": False}
@@ -303,7 +303,7 @@ def test_every_model_field_is_an_option_and_the_defaults_are_the_papers():
 
 
 def test_the_cpu_preset_is_the_recorded_recipe_and_given_options_win(monkeypatch):
-    from annotated.tasks import PRESETS
+    from annotated.app import PRESETS
 
     record = json.loads((ROOT / "results" / "multi30k" / "results.json").read_text())
     seen = {}
@@ -326,13 +326,13 @@ def test_the_cpu_preset_is_the_recorded_recipe_and_given_options_win(monkeypatch
 
 
 def run_config_of(options):
-    from annotated.tasks import run_config
+    from annotated.app import run_config
 
     return run_config(options)
 
 
 def test_task_choices_come_from_the_registry(monkeypatch):
-    from annotated import tasks
+    from annotated.app import tasks
 
     class Reverse(tasks.CopyTask):
         name = "reverse"
@@ -345,8 +345,8 @@ def test_task_choices_come_from_the_registry(monkeypatch):
 
 
 def test_multi30k_batches_are_equal_per_rank_and_resume_mid_epoch():
-    from annotated.runs import Runtime
-    from annotated.tasks import Multi30kTask
+    from annotated.training import Runtime
+    from annotated.app import Multi30kTask
 
     gen = torch.Generator().manual_seed(0)
     examples = [

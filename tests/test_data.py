@@ -25,10 +25,7 @@ from annotated.data import (
     token_batches,
     train_tokenizer,
 )
-from annotated.multi30k import (
-    Pair,
-    load_multi30k,
-)
+from annotated.data import Pair, load_multi30k
 
 # --- tokenizer ------------------------------------------------------------------------------
 

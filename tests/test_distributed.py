@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from conftest import random_batch
 
-from annotated.cli import main
+from annotated.app import main
 from annotated.model import make_model
 from annotated.training import Batch, LabelSmoothingLoss, train_step
 

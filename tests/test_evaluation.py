@@ -3,7 +3,7 @@
 import pytest
 import sacrebleu
 
-from annotated.evaluation import corpus_bleu, corpus_chrf, simple_tokenize, tokenized_bleu
+from annotated.decoding import corpus_bleu, corpus_chrf, simple_tokenize, tokenized_bleu
 
 # --- BLEU -----------------------------------------------------------------------------------
 

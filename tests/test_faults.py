@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import annotated.runs as runs
-from annotated.checkpoint import atomic_write, load_checkpoint, save_checkpoint
-from annotated.cli import main
+import annotated.training.runs as runs
+from annotated.files import atomic_write
+from annotated.training import load_checkpoint, save_checkpoint
+from annotated.app import main
 from annotated.data import save_tokenizer, train_tokenizer
 from annotated.model import make_model
-from annotated.runs import write_manifest, write_results
+from annotated.training import write_manifest, write_results
 from annotated.training import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -479,10 +480,10 @@ def test_an_empty_sentence_has_an_empty_translation(capsys, monkeypatch, run_dir
 
 
 def test_library_rejects_bad_inputs_by_name():
-    from annotated.attention import attention
+    from annotated.model import attention
     from annotated.decoding import beam_search, greedy_decode, length_penalty
-    from annotated.multi_head import MultiHeadAttention
-    from annotated.positional import PositionalEncoding
+    from annotated.model import MultiHeadAttention
+    from annotated.model import PositionalEncoding
 
     x = torch.randn(1, 2, 8)
     with pytest.raises(TypeError, match="query must be a floating-point torch.Tensor, got list"):
@@ -528,7 +529,7 @@ def test_library_rejects_bad_inputs_by_name():
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("nan", [None, "query", "key"])
 def test_both_attention_paths_agree(scale, masked, nan):
-    from annotated.multi_head import MultiHeadAttention
+    from annotated.model import MultiHeadAttention
 
     torch.manual_seed(0)
     mha = MultiHeadAttention(8, 2, dropout=0.5).eval()  # dropout is off in eval mode on both paths
@@ -552,7 +553,7 @@ def test_both_attention_paths_agree(scale, masked, nan):
 
 
 def test_unscaled_attention_differs_from_scaled():
-    from annotated.multi_head import MultiHeadAttention
+    from annotated.model import MultiHeadAttention
 
     torch.manual_seed(0)
     mha = MultiHeadAttention(8, 2, dropout=0.0).eval()

@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.testing import assert_close
 
-from annotated.feed_forward import PositionwiseFeedForward
-from annotated.norm import SublayerConnection
-from annotated.positional import Dropout
+from annotated.model import PositionwiseFeedForward
+from annotated.model import SublayerConnection
+from annotated.model import Dropout
 
 shapes = st.tuples(st.integers(1, 3), st.integers(1, 8), st.integers(1, 24), st.integers(1, 48))
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from annotated.attention import attention
-from annotated.masks import causal_mask, padding_mask
+from annotated.model import attention
+from annotated.model import causal_mask, padding_mask
 
 
 def test_padding_mask_shape_and_values():

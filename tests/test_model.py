@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from annotated.decoder import DecoderCache
-from annotated.masks import causal_mask, padding_mask
+from annotated.model import DecoderCache
+from annotated.model import causal_mask, padding_mask
 from annotated.model import TransformerConfig, make_model
-from annotated.multi_head import MultiHeadAttention
+from annotated.model import MultiHeadAttention
 
 from torch_reference import copy_decoder_layer, copy_encoder_layer, copy_stack, randomize
 

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from annotated.multi30k import (
+from annotated.data import (
     MULTI30K_ENV,
     MULTI30K_SHA256,
     MULTI30K_SIZES,

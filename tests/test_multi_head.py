@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from annotated.attention import attention
-from annotated.masks import causal_mask, padding_mask
-from annotated.multi_head import MultiHeadAttention
+from annotated.model import attention
+from annotated.model import causal_mask, padding_mask
+from annotated.model import MultiHeadAttention
 
 from torch_reference import copy_attention
 

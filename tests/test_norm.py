@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.testing import assert_close
 
-from annotated.norm import LayerNorm, SublayerConnection
-from annotated.positional import Dropout
+from annotated.model import LayerNorm, SublayerConnection
+from annotated.model import Dropout
 
 
 def randomised(d_model: int, eps: float) -> tuple[LayerNorm, nn.LayerNorm]:

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from annotated.cli import load_for_inference, main, translate_ids
+from annotated.app import load_for_inference, main
+from annotated.decoding import translate_ids
 from annotated.data import BOS_ID, encode
 from annotated.decoding import next_token_logits
-from annotated.masks import causal_mask
-from annotated.onnx_export import OnnxTranslator, export_copy, export_translator, file_sha256
+from annotated.model import causal_mask
+from annotated.app import OnnxTranslator, export_copy, export_translator, file_sha256
 
 pytest.importorskip("onnxruntime")
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.testing import assert_close
 
-from annotated.positional import (
+from annotated.model import (
     Dropout,
     PositionalEncoding,
     angular_frequencies,

@@ -10,10 +10,10 @@ from conftest import random_batch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from annotated.checkpoint import load_checkpoint, save_checkpoint
+from annotated.training import load_checkpoint, save_checkpoint
 from annotated.model import Transformer, TransformerConfig, make_model
+from annotated.data import SPECIAL_IDS, strip_specials
 from annotated.training import (
-    SPECIAL_IDS,
     Batch,
     LabelSmoothingLoss,
     Snapshots,
@@ -23,7 +23,6 @@ from annotated.training import (
     noam_lr,
     noam_scheduler,
     schedule_rates,
-    strip_specials,
     train_step,
 )
 
@@ -495,7 +494,7 @@ def test_snapshots_keep_the_last_and_average_them():
 
 
 def test_one_set_of_special_ids_and_one_strip():
-    from annotated.copy_task import BOS, EOS, PAD
+    from annotated.data import BOS, EOS, PAD
     from annotated.data import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID
 
     assert (PAD, BOS, EOS) == (PAD_ID, BOS_ID, EOS_ID) == (0, 1, 2) and UNK_ID == 3

@@ -21,9 +21,10 @@ import test_book_browser
 import torch
 from test_book_browser import HTML, LOCAL_HOST, ROOT, PageLog
 
-from annotated.cli import load_for_inference, translate_ids
+from annotated.app import load_for_inference
+from annotated.decoding import translate_ids
 from annotated.data import decode, encode
-from annotated.multi30k import MULTI30K_ENV, load_multi30k
+from annotated.data import MULTI30K_ENV, load_multi30k
 
 pytestmark = pytest.mark.browser
 

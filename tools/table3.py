@@ -27,7 +27,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from annotated.multi30k import MULTI30K_ENV
+from annotated.data import MULTI30K_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 # The budget of every row: notebook 15c's small model, 500 updates of at most 2,048 tokens.

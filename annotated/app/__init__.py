@@ -1,0 +1,113 @@
+"""The command line and what it runs: run configurations and presets, tasks, inference and the ONNX export.
+
+Each module is generated from a notebook (its header names which); this file, written by hand,
+re-exports their public names.
+"""
+
+from annotated.app.config import MODEL_FIELDS, RunConfig, PRESETS, RunOptions, run_config
+from annotated.app.tasks import (
+    TASKS,
+    available_memory,
+    check_memory,
+    activation_bytes,
+    Task,
+    CopyTask,
+    Multi30kTask,
+    with_task_defaults,
+)
+from annotated.app.run import train
+from annotated.app.inference import load_for_inference, check_beam, source_lines
+from annotated.app.onnx_graphs import (
+    MAX_SOURCE_TOKENS,
+    EXTRA_TARGET_TOKENS,
+    OPSET,
+    ENCODER_IO,
+    STEP_IO,
+    PREFIX_IO,
+    export_copy,
+    EncoderExport,
+    layer_caches,
+    DecoderStepExport,
+    DecoderPrefixExport,
+    export_graph,
+    store_exact_float16,
+)
+from annotated.app.onnx_export import (
+    OnnxTranslator,
+    file_sha256,
+    export_translator,
+    cmd_export_onnx,
+    add_command,
+)
+from annotated.app.parser import (
+    MODEL_HELP,
+    OLD_NAMES,
+    OneLineErrors,
+    positive,
+    per_task,
+    add_model_options,
+    add_train_options,
+    add_task_options,
+)
+from annotated.app.cli import (
+    build_parser,
+    resume_config,
+    cmd_train,
+    cmd_evaluate,
+    cmd_translate,
+    one_line,
+    main,
+)
+
+__all__ = [
+    "MODEL_FIELDS",
+    "RunConfig",
+    "PRESETS",
+    "RunOptions",
+    "run_config",
+    "TASKS",
+    "available_memory",
+    "check_memory",
+    "activation_bytes",
+    "Task",
+    "CopyTask",
+    "Multi30kTask",
+    "with_task_defaults",
+    "train",
+    "load_for_inference",
+    "check_beam",
+    "source_lines",
+    "MAX_SOURCE_TOKENS",
+    "EXTRA_TARGET_TOKENS",
+    "OPSET",
+    "ENCODER_IO",
+    "STEP_IO",
+    "PREFIX_IO",
+    "export_copy",
+    "EncoderExport",
+    "layer_caches",
+    "DecoderStepExport",
+    "DecoderPrefixExport",
+    "export_graph",
+    "store_exact_float16",
+    "OnnxTranslator",
+    "file_sha256",
+    "export_translator",
+    "cmd_export_onnx",
+    "add_command",
+    "MODEL_HELP",
+    "OLD_NAMES",
+    "OneLineErrors",
+    "positive",
+    "per_task",
+    "add_model_options",
+    "add_train_options",
+    "add_task_options",
+    "build_parser",
+    "resume_config",
+    "cmd_train",
+    "cmd_evaluate",
+    "cmd_translate",
+    "one_line",
+    "main",
+]

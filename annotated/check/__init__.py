@@ -1,0 +1,40 @@
+"""Grade your own implementation of a piece of the model: `check.attention(my_attention)`.
+
+Each check runs a list of properties (agreement with PyTorch where a reference exists, causality,
+padding invariance, ...) and returns a `Report` naming the one that fails. The modules are generated
+from notebooks 17, 17a, 18, 20 and 20b; this file, written by hand, re-exports what a learner calls.
+"""
+
+from annotated.check.attention_checks import attention, masks
+from annotated.check.command import CHECKS, add_check_command, main_cli
+from annotated.check.decoding_checks import greedy_decode
+from annotated.check.framework import Report
+from annotated.check.layer_checks import (
+    encoder_layer,
+    feed_forward,
+    layer_norm,
+    positional_encoding,
+)
+from annotated.check.model_checks import decoder_layer, model
+from annotated.check.multi_head_checks import multi_head
+from annotated.check.training_checks import embeddings, label_smoothing, learning_rate
+
+__all__ = [
+    "attention",
+    "masks",
+    "multi_head",
+    "layer_norm",
+    "positional_encoding",
+    "feed_forward",
+    "encoder_layer",
+    "decoder_layer",
+    "model",
+    "embeddings",
+    "label_smoothing",
+    "learning_rate",
+    "greedy_decode",
+    "Report",
+    "CHECKS",
+    "add_check_command",
+    "main_cli",
+]

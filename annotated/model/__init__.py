@@ -1,0 +1,54 @@
+"""The model (§3): attention, masks, heads, positions, embeddings, norms, the encoder, the decoder and the Transformer (notebooks 02-11).
+
+Each module is generated from a notebook (its header names which); this file, written by hand,
+re-exports their public names.
+"""
+
+from annotated.model.attention import check_mask, attention
+from annotated.model.masks import check_tokens, padding_mask, causal_mask
+from annotated.model.cache import KVCache, DecoderCache
+from annotated.model.multi_head import MultiHeadAttention, split_weights
+from annotated.model.dropout import Dropout
+from annotated.model.positional import (
+    angular_frequencies,
+    sinusoidal_encoding,
+    relative_shift_matrix,
+    PositionalEncoding,
+)
+from annotated.model.embeddings import values_are_free, check_token_ids, Embeddings
+from annotated.model.norm import LayerNorm, SublayerConnection
+from annotated.model.feed_forward import PositionwiseFeedForward
+from annotated.model.encoder import EncoderLayer, Encoder
+from annotated.model.decoder import DecoderLayer, Decoder
+from annotated.model.transformer import TransformerConfig, AttentionWeights, Transformer, make_model
+
+__all__ = [
+    "check_mask",
+    "attention",
+    "check_tokens",
+    "padding_mask",
+    "causal_mask",
+    "KVCache",
+    "DecoderCache",
+    "MultiHeadAttention",
+    "split_weights",
+    "Dropout",
+    "angular_frequencies",
+    "sinusoidal_encoding",
+    "relative_shift_matrix",
+    "PositionalEncoding",
+    "values_are_free",
+    "check_token_ids",
+    "Embeddings",
+    "LayerNorm",
+    "SublayerConnection",
+    "PositionwiseFeedForward",
+    "EncoderLayer",
+    "Encoder",
+    "DecoderLayer",
+    "Decoder",
+    "TransformerConfig",
+    "AttentionWeights",
+    "Transformer",
+    "make_model",
+]
