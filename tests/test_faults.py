@@ -240,6 +240,26 @@ def test_periodic_checkpoints(tmp_path, monkeypatch):
     assert saved == [4, 8, 9]  # every 4 updates, and the end
 
 
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--d-model", "30", "--n-heads", "4"], "d_model"),  # 30 is not divisible by 4
+        (["--n-heads", "5"], "n_heads"),  # the copy model's d_model 32 is not divisible by 5
+    ],
+)
+def test_a_refused_model_option_leaves_the_run_folder_as_it_was(capsys, tmp_path, options, named):
+    out = tmp_path / "run"
+    assert main([*COPY, "--steps", "2", "--out", str(out)]) == 0
+    capsys.readouterr()
+
+    def contents() -> dict:
+        return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.rglob("*") if p.is_file()}
+
+    before = contents()
+    assert named in fails(capsys, [*COPY, "--steps", "2", *options, "--out", out])
+    assert contents() == before  # every byte, and no file rewritten with the same bytes
+
+
 def test_resume_checks(capsys, tmp_path, run_dir):
     assert "no checkpoint.pt there" in fails(capsys, ["train", "--resume", tmp_path])
     assert main([*COPY, "--steps", "2", "--out", str(tmp_path / "a")]) == 0

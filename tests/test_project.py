@@ -99,15 +99,6 @@ def test_readme_links_to_the_site_derived_from_the_setting():
     assert site in (ROOT / "README.md").read_text()
 
 
-def test_no_module_of_the_package_is_over_400_lines():
-    long = {
-        path.name: n
-        for path in (ROOT / "annotated").glob("*.py")
-        if path.name != "_modidx.py" and (n := len(path.read_text().splitlines())) > 400
-    }
-    assert not long, f"split these by job: {long}"
-
-
 def main_chapters() -> list[Path]:
     toc = yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())
     return [

@@ -60,6 +60,22 @@ def test_batch_shifts_target_and_builds_masks():
     assert "n_tokens=7" in repr(batch)
 
 
+def test_a_mask_set_by_hand_survives_moving_the_batch():
+    """The no-look-ahead ablation (chapter 22) sets tgt_mask by hand; `to()` must not rebuild it."""
+    src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
+    tgt = torch.tensor([[1, 7, 6, 5, 2], [1, 9, 8, 2, 0]])
+    batch = Batch(src, tgt, pad_id=0)
+    no_look_ahead = (batch.tgt_in != 0)[:, None, None, :].expand(-1, 1, 4, -1)  # (B, 1, T, T)
+    batch.tgt_mask = no_look_ahead
+    for device in ("cpu", "meta"):  # meta: a device other than the CPU, with no data
+        moved = batch.to(device)
+        assert moved.src.device.type == moved.tgt_mask.device.type == device
+        assert not moved.causal_only  # the fused causal path would ignore the hand-set mask
+        assert moved.tgt_mask.shape == no_look_ahead.shape
+    assert torch.equal(batch.to("cpu").tgt_mask, no_look_ahead)
+    assert torch.equal(batch.tgt_mask, no_look_ahead)  # the original is left as it was
+
+
 @pytest.mark.parametrize(
     ("src", "tgt", "pad_id", "error", "match"),
     [

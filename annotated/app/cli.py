@@ -110,14 +110,14 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"--decay-to must be above --warmup (the rate falls after its peak), "
             f"got {cfg.decay_to} and {cfg.warmup}"
         )
+    device = device_of(cfg.device)
+    TASKS[cfg.task](cfg, None).check(device)  # the whole run, its model too, before --out is touched
     created, out, rt = False, Path(cfg.out), None
     try:
-        device = device_of(cfg.device)
         created = writable_folder(out, "--out")
         for option in ("results", "export_half"):
             if getattr(cfg, option):
                 writable_file(getattr(cfg, option), f"--{option.replace('_', '-')}")
-        TASKS[cfg.task](cfg, None).check(device)
         if remove_stale_temporaries(out):
             print(f"removed the temporary files that a killed save left in {out}")
         if resumed is None and int(os.environ.get("RANK", "0")) == 0:

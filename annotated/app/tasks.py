@@ -16,7 +16,7 @@ import torch
 
 from ..training.checkpoint import Checkpoint, save_checkpoint
 from ..data.copy_task import PAD as COPY_PAD, copy_batches
-from ..decoding.copy_task import COPY_MODEL, copy_model, exact_match
+from ..decoding.copy_task import COPY_MODEL, exact_match
 from ..data.batching import token_batches
 from annotated.data.tokenizer import (
     PAD_ID,
@@ -26,7 +26,7 @@ from annotated.data.tokenizer import (
     train_tokenizer,
 )
 from ..decoding.evaluation import bleu_report, evaluate_loss
-from ..model.transformer import Transformer, TransformerConfig, make_model
+from ..model.transformer import Transformer, TransformerConfig
 from ..data.multi30k import MULTI30K_SIZES, load_multi30k
 from ..training.processes import Runtime
 from annotated.training.runs import (
@@ -77,7 +77,11 @@ class Task:
         self.cfg, self.rt = cfg, rt
 
     def check(self, device: torch.device) -> None:
-        """Refuse, before any work, what cannot work (sizes that do not fit in memory)."""
+        """Refuse, before any work, what cannot work (a bad model option, sizes that do not fit)."""
+
+    def model_config(self, vocab: int) -> TransformerConfig:
+        """The model this run trains: the task's model, changed by the run's options (checked here)."""
+        return TransformerConfig(vocab, vocab, shared_vocab=True, **self.cfg.model_overrides())
 
     def prepare(self, folder: RunFolder, resumed: Checkpoint | None) -> None:
         """Load what the model and batches need (data, a tokenizer), the same on every process."""
@@ -114,9 +118,12 @@ class CopyTask(Task):
     defaults = {"warmup": 100, "lr_factor": 0.5, "embedding_init": "xavier", "eval_every": 50,
                 "log_every": 100}
 
+    def model_config(self, vocab: int) -> TransformerConfig:
+        return TransformerConfig(vocab, vocab, shared_vocab=True, **{**COPY_MODEL, **self.cfg.model_overrides()})
+
     def check(self, device: torch.device) -> None:
         cfg = self.cfg
-        dims = {**COPY_MODEL, **cfg.model_overrides()}
+        dims = dataclasses.asdict(self.model_config(cfg.copy_vocab))
         for option, n in (("--batch-size", cfg.batch_size), ("--eval-size", cfg.eval_size)):
             need = activation_bytes(n * (cfg.seq_len + 2), cfg.seq_len + 2, dims, cfg.copy_vocab, True)
             check_memory(need, device, f"{option} {n} (sequences of {cfg.seq_len} symbols)", option)
@@ -131,7 +138,7 @@ class CopyTask(Task):
         self.held = next(copy_batches(1, cfg.eval_size, cfg.seq_len, cfg.copy_vocab, cfg.seed + 1, cfg.min_len))
 
     def model(self) -> Transformer:
-        return copy_model(self.cfg.copy_vocab, **self.cfg.model_overrides())
+        return Transformer(self.model_config(self.cfg.copy_vocab))
 
     def batches(self, step: int, progress: dict) -> Iterator[Batch]:
         cfg, rt = self.cfg, self.rt
@@ -178,7 +185,7 @@ class Multi30kTask(Task):
         cfg = self.cfg
         if cfg.test_split not in MULTI30K_SIZES:
             raise ValueError(f"--test-split must be one of {list(MULTI30K_SIZES)}, got {cfg.test_split!r}")
-        dims = {**dataclasses.asdict(TransformerConfig(1, 1)), **cfg.model_overrides()}
+        dims = dataclasses.asdict(self.model_config(cfg.vocab_size))
         need = activation_bytes(cfg.max_tokens, 64, dims, cfg.vocab_size, True)
         check_memory(need, device, f"--max-tokens {cfg.max_tokens}", "--max-tokens")
 
@@ -196,8 +203,7 @@ class Multi30kTask(Task):
         self.epoch, self.position = 0, 0
 
     def model(self) -> Transformer:
-        vocab = self.tok.get_vocab_size()
-        return make_model(vocab, vocab, shared_vocab=True, **self.cfg.model_overrides())
+        return Transformer(self.model_config(self.tok.get_vocab_size()))
 
     def describe(self) -> str:
         return f"vocabulary {self.tok.get_vocab_size()}"

@@ -7,6 +7,7 @@ __all__ = ['Batch']
 
 # %% ../../notebooks/12_training.ipynb #c005
 # Legend: B batch, S source len, T target len, V vocab, N = B * T target positions.
+import copy
 
 import torch
 from torch import Tensor
@@ -49,8 +50,11 @@ class Batch:
         self.causal_only = False  # a mask set by hand is used as it is
 
     def to(self, device: torch.device | str) -> "Batch":
-        """Return the same batch on `device`."""
-        return Batch(self.src.to(device), self.tgt.to(device), self.pad_id)
+        """Return the same batch on `device`, every tensor moved as it is (a mask set by hand too)."""
+        moved = copy.copy(self)
+        for name in ("src", "tgt", "tgt_in", "tgt_out", "src_mask", "_tgt_mask"):
+            setattr(moved, name, getattr(self, name).to(device))
+        return moved
 
     def __repr__(self) -> str:
         B, S = self.src.shape
