@@ -27,10 +27,16 @@ from pathlib import Path
 import torch
 
 from annotated import PRESETS, LabelSmoothingLoss, make_model
-from annotated.data import PAD_ID, encode_pairs, load_tokenizer, token_batches
-from annotated.data import MULTI30K_ENV, load_multi30k
-from annotated.model import Dropout
 from annotated.app import run_config
+from annotated.data import (
+    MULTI30K_ENV,
+    PAD_ID,
+    encode_pairs,
+    load_multi30k,
+    load_tokenizer,
+    token_batches,
+)
+from annotated.model import Dropout
 from annotated.training import Batch, make_optimizer, noam_scheduler, train_step
 
 ROOT = Path(__file__).resolve().parents[1]

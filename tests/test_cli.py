@@ -15,10 +15,10 @@ import torch
 from conftest import DATA
 
 import annotated.app.cli as cli
-from annotated.training import load_checkpoint
 from annotated.app import build_parser, main, with_task_defaults
 from annotated.data import token_batches
 from annotated.model import TransformerConfig
+from annotated.training import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = "--n-layers 1 --d-model 16 --d-ff 32 --n-heads 2".split()
@@ -277,8 +277,8 @@ def test_old_option_names_still_work_and_reach_the_config():
 
 
 def test_every_model_field_is_an_option_and_the_defaults_are_the_papers():
-    from annotated.model import TransformerConfig
     from annotated.app import MODEL_FIELDS
+    from annotated.model import TransformerConfig
 
     decided = {"src_vocab", "tgt_vocab", "shared_vocab"}  # by the task's data
     assert {f.name for f in MODEL_FIELDS} == {f.name for f in fields(TransformerConfig)} - decided
@@ -345,8 +345,8 @@ def test_task_choices_come_from_the_registry(monkeypatch):
 
 
 def test_multi30k_batches_are_equal_per_rank_and_resume_mid_epoch():
-    from annotated.training import Runtime
     from annotated.app import Multi30kTask
+    from annotated.training import Runtime
 
     gen = torch.Generator().manual_seed(0)
     examples = [

@@ -14,10 +14,12 @@ from annotated.data import (
     PAD_ID,
     SPECIALS,
     UNK_ID,
+    Pair,
     decode,
     encode,
     encode_pairs,
     length_batches,
+    load_multi30k,
     load_tokenizer,
     pad_batch,
     pad_fraction,
@@ -25,7 +27,6 @@ from annotated.data import (
     token_batches,
     train_tokenizer,
 )
-from annotated.data import Pair, load_multi30k
 
 # --- tokenizer ------------------------------------------------------------------------------
 

@@ -4,8 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from annotated.model import Decoder, DecoderLayer
-from annotated.model import causal_mask, padding_mask
+from annotated.model import Decoder, DecoderLayer, causal_mask, padding_mask
 
 from torch_reference import copy_decoder_layer, copy_stack, randomize
 

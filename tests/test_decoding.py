@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
-from annotated.model import DecoderCache
 from annotated.decoding import (
     beam_search,
     greedy_decode,
@@ -21,9 +20,7 @@ from annotated.decoding import (
     next_token_logits,
     score_sequences,
 )
-from annotated.model import causal_mask, padding_mask
-from annotated.model import make_model
-from annotated.model import KVCache
+from annotated.model import DecoderCache, KVCache, causal_mask, make_model, padding_mask
 
 PAD, BOS, EOS, VOCAB = 0, 1, 2, 12
 SMALL = {"n_layers": 2, "d_model": 32, "d_ff": 64, "n_heads": 4, "dropout": 0.0}
@@ -397,9 +394,9 @@ def test_the_saved_copiers_load_and_copy_as_their_notebooks_say(folder, low, hig
     import json
     from pathlib import Path
 
-    from annotated.training import load_checkpoint
     from annotated.data import copy_batches
     from annotated.decoding import exact_match
+    from annotated.training import load_checkpoint
 
     run = Path(__file__).resolve().parents[1] / "results" / folder
     record = json.loads((run / "results.json").read_text())

@@ -4,8 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from annotated.model import Encoder, EncoderLayer
-from annotated.model import padding_mask
+from annotated.model import Encoder, EncoderLayer, padding_mask
 
 from torch_reference import copy_encoder_layer, copy_stack, randomize
 

@@ -16,13 +16,17 @@ import pytest
 import torch
 
 import annotated.training.runs as runs
-from annotated.files import atomic_write
-from annotated.training import load_checkpoint, save_checkpoint
 from annotated.app import main
 from annotated.data import save_tokenizer, train_tokenizer
+from annotated.files import atomic_write
 from annotated.model import make_model
-from annotated.training import write_manifest, write_results
-from annotated.training import Trainer
+from annotated.training import (
+    Trainer,
+    load_checkpoint,
+    save_checkpoint,
+    write_manifest,
+    write_results,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = "--n-layers 1 --d-model 16 --d-ff 32 --n-heads 2".split()
@@ -500,10 +504,8 @@ def test_an_empty_sentence_has_an_empty_translation(capsys, monkeypatch, run_dir
 
 
 def test_library_rejects_bad_inputs_by_name():
-    from annotated.model import attention
     from annotated.decoding import beam_search, greedy_decode, length_penalty
-    from annotated.model import MultiHeadAttention
-    from annotated.model import PositionalEncoding
+    from annotated.model import MultiHeadAttention, PositionalEncoding, attention
 
     x = torch.randn(1, 2, 8)
     with pytest.raises(TypeError, match="query must be a floating-point torch.Tensor, got list"):

@@ -7,9 +7,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.testing import assert_close
 
-from annotated.model import PositionwiseFeedForward
-from annotated.model import SublayerConnection
-from annotated.model import Dropout
+from annotated.model import Dropout, PositionwiseFeedForward, SublayerConnection
 
 shapes = st.tuples(st.integers(1, 3), st.integers(1, 8), st.integers(1, 24), st.integers(1, 48))
 

@@ -66,7 +66,14 @@ def graph() -> dict[str, set[str]]:
 
 def test_every_role_is_a_folder_and_nothing_else_is_loose():
     loose = {p.name for p in PACKAGE.glob("*.py")}
-    assert loose == {"__init__.py", "__main__.py", "_modidx.py", "validation.py", "files.py", "viz.py"}
+    assert loose == {
+        "__init__.py",
+        "__main__.py",
+        "_modidx.py",
+        "validation.py",
+        "files.py",
+        "viz.py",
+    }
     for role in ROLES:
         assert (PACKAGE / role / "__init__.py").is_file(), f"{role}/ needs an __init__.py"
 
@@ -131,7 +138,9 @@ def test_every_module_is_short_and_opens_with_a_docstring(name):
     path = modules()[name]
     n_lines = len(path.read_text(encoding="utf-8").splitlines())
     assert n_lines <= 300, f"{name} has {n_lines} lines: split it by job"
-    assert ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))), f"{name} has no docstring"
+    assert ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))), (
+        f"{name} has no docstring"
+    )
 
 
 def test_each_role_re_exports_what_its_modules_export():
@@ -151,4 +160,6 @@ def test_each_role_re_exports_what_its_modules_export():
                 for n in tree.body
                 if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "__all__"
             )
-            assert set(names) <= set(exported), f"{role}/__init__ misses {set(names) - set(exported)}"
+            assert set(names) <= set(exported), (
+                f"{role}/__init__ misses {set(names) - set(exported)}"
+            )

@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from annotated.model import attention
-from annotated.model import causal_mask, padding_mask
+from annotated.model import attention, causal_mask, padding_mask
 
 
 def test_padding_mask_shape_and_values():

@@ -6,10 +6,14 @@ import pytest
 import torch
 from torch import nn
 
-from annotated.model import DecoderCache
-from annotated.model import causal_mask, padding_mask
-from annotated.model import TransformerConfig, make_model
-from annotated.model import MultiHeadAttention
+from annotated.model import (
+    DecoderCache,
+    MultiHeadAttention,
+    TransformerConfig,
+    causal_mask,
+    make_model,
+    padding_mask,
+)
 
 from torch_reference import copy_decoder_layer, copy_encoder_layer, copy_stack, randomize
 
@@ -317,3 +321,34 @@ def test_scale_attention_reaches_every_attention_layer():
         model = make_model(11, 11, **SMALL, scale_attention=scale)
         layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
         assert len(layers) == 3 * SMALL["n_layers"] and all(m.scale is scale for m in layers)
+
+
+def test_masks_are_checked_once_at_the_edge_and_the_layers_trust_them(monkeypatch):
+    from importlib import import_module  # `import a.model.attention` would give the function
+
+    check_mask = import_module("annotated.model.attention").check_mask
+
+    calls = []
+
+    def counting(mask, shape, name="mask"):
+        calls.append(name)
+        return check_mask(mask, shape, name)
+
+    for module in ("annotated.model.transformer", "annotated.model.multi_head"):
+        monkeypatch.setattr(import_module(module), "check_mask", counting)
+    model = make_model(11, 11, n_layers=3, d_model=16, d_ff=32, n_heads=2, dropout=0.0)
+    src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
+    tgt = torch.tensor([[1, 7, 6], [1, 9, 0]])
+    src_mask, tgt_mask = padding_mask(src, 0), padding_mask(tgt, 0) & causal_mask(3)
+    model(src, tgt, src_mask, tgt_mask)
+    assert sorted(calls) == ["src_mask", "src_mask", "tgt_mask"]  # encode: 1, decode: 2; layers: 0
+    with pytest.raises(ValueError, match="src_mask of shape"):
+        model.decode(model.encode(src, src_mask), src_mask[:, :, :, :3], tgt, tgt_mask)
+    alone = MultiHeadAttention(16, 2, dropout=0.0)  # a layer on its own still checks what it gets
+    with pytest.raises(ValueError, match="cannot broadcast"):
+        alone(
+            torch.randn(2, 3, 16),
+            torch.randn(2, 4, 16),
+            torch.randn(2, 4, 16),
+            src_mask[:, :, :, :3],
+        )

@@ -6,9 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from annotated.model import attention
-from annotated.model import causal_mask, padding_mask
-from annotated.model import MultiHeadAttention
+from annotated.model import MultiHeadAttention, attention, causal_mask, padding_mask
 
 from torch_reference import copy_attention
 

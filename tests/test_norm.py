@@ -7,8 +7,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.testing import assert_close
 
-from annotated.model import LayerNorm, SublayerConnection
-from annotated.model import Dropout
+from annotated.model import Dropout, LayerNorm, SublayerConnection
 
 
 def randomised(d_model: int, eps: float) -> tuple[LayerNorm, nn.LayerNorm]:

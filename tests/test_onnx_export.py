@@ -6,12 +6,17 @@ import numpy as np
 import pytest
 import torch
 
-from annotated.app import load_for_inference, main
-from annotated.decoding import translate_ids
+from annotated.app import (
+    OnnxTranslator,
+    export_copy,
+    export_translator,
+    file_sha256,
+    load_for_inference,
+    main,
+)
 from annotated.data import BOS_ID, encode
-from annotated.decoding import next_token_logits
+from annotated.decoding import next_token_logits, translate_ids
 from annotated.model import causal_mask
-from annotated.app import OnnxTranslator, export_copy, export_translator, file_sha256
 
 pytest.importorskip("onnxruntime")
 

@@ -8,10 +8,9 @@ import pytest
 import torch
 from conftest import DATA
 
-from annotated.data import decode, encode
-from annotated.decoding import corpus_bleu, corpus_chrf, tokenized_bleu, translate_ids
 from annotated.app import load_for_inference
-from annotated.data import load_multi30k
+from annotated.data import decode, encode, load_multi30k
+from annotated.decoding import corpus_bleu, corpus_chrf, tokenized_bleu, translate_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "results" / "multi30k"

@@ -10,18 +10,19 @@ from conftest import random_batch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from annotated.training import load_checkpoint, save_checkpoint
-from annotated.model import Transformer, TransformerConfig, make_model
 from annotated.data import SPECIAL_IDS, strip_specials
+from annotated.model import Transformer, TransformerConfig, make_model
 from annotated.training import (
     Batch,
     LabelSmoothingLoss,
     Snapshots,
     Trainer,
     average_weights,
+    load_checkpoint,
     make_optimizer,
     noam_lr,
     noam_scheduler,
+    save_checkpoint,
     schedule_rates,
     train_step,
 )
@@ -510,8 +511,7 @@ def test_snapshots_keep_the_last_and_average_them():
 
 
 def test_one_set_of_special_ids_and_one_strip():
-    from annotated.data import BOS, EOS, PAD
-    from annotated.data import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID
+    from annotated.data import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, SPECIALS, UNK_ID
 
     assert (PAD, BOS, EOS) == (PAD_ID, BOS_ID, EOS_ID) == (0, 1, 2) and UNK_ID == 3
     assert SPECIALS == SPECIAL_IDS.names == ("<pad>", "<bos>", "<eos>", "<unk>")

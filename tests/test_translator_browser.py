@@ -22,9 +22,8 @@ import torch
 from test_book_browser import HTML, LOCAL_HOST, ROOT, PageLog
 
 from annotated.app import load_for_inference
+from annotated.data import MULTI30K_ENV, decode, encode, load_multi30k
 from annotated.decoding import translate_ids
-from annotated.data import decode, encode
-from annotated.data import MULTI30K_ENV, load_multi30k
 
 pytestmark = pytest.mark.browser
 

@@ -38,11 +38,17 @@ def _finish(path: Path) -> None:
         path.write_text(source, encoding="utf-8")
         return
     first = next(
-        (n for n in tree.body if isinstance(n, ast.ClassDef | ast.FunctionDef) and ast.get_docstring(n)),
+        (
+            n
+            for n in tree.body
+            if isinstance(n, ast.ClassDef | ast.FunctionDef) and ast.get_docstring(n)
+        ),
         None,
     )
     if first is None:
-        raise SystemExit(f"{path}: a module needs a docstring (a '> summary' line or a documented def)")
+        raise SystemExit(
+            f"{path}: a module needs a docstring (a '> summary' line or a documented def)"
+        )
     line = ast.get_docstring(first).splitlines()[0]
     path.write_text(f'"""{line}"""\n\n{source}', encoding="utf-8")
 

@@ -18,6 +18,7 @@ from .decoder import Decoder, DecoderLayer
 from .embeddings import Embeddings, values_are_free
 from .encoder import Encoder, EncoderLayer
 from .masks import check_tokens
+from .multi_head import MultiHeadAttention
 from .positional import PositionalEncoding
 
 # %% ../../notebooks/11_model.ipynb #c005
@@ -128,6 +129,9 @@ class Transformer(nn.Module):
             self.src_embed = self.tgt_embed
         if cfg.tie_output:
             self.generator.weight = self.tgt_embed.lut.weight  # (V, D), one tensor
+        for module in self.modules():  # inputs and masks are checked once, in encode and decode
+            if isinstance(module, MultiHeadAttention):
+                module.check_inputs = False
 
     def encode(
         self, src: Tensor, src_mask: Tensor | None = None, need_weights: bool = False
@@ -153,6 +157,11 @@ class Transformer(nn.Module):
     ) -> Tensor | tuple[Tensor, list[Tensor], list[Tensor]]:
         """Decoder states (B, T, D) for the target tokens, given the memory."""
         _check_token_tensor(tgt, "tgt", "(B, T)")
+        if not isinstance(memory, Tensor) or memory.dim() != 3 or memory.size(-1) != self.cfg.d_model:
+            got = tuple(memory.shape) if isinstance(memory, Tensor) else type(memory).__name__
+            raise ValueError(f"memory must have shape (B, S, d_model={self.cfg.d_model}), got {got}")
+        if src_mask is not None:
+            check_mask(src_mask, torch.Size((memory.size(0), 1, 1, memory.size(1))), "src_mask")
         if memory.size(0) != tgt.size(0):
             raise ValueError(
                 f"src and tgt must have the same batch size, got {memory.size(0)} and {tgt.size(0)}"
