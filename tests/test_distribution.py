@@ -49,7 +49,13 @@ def test_the_wheel_carries_the_package_only(dist):
     names = zipfile.ZipFile(wheel).namelist()
     outside = [n for n in names if not n.startswith(("annotated/", "annotated_transformer-"))]
     assert outside == []
-    assert "annotated/model.py" in names and "annotated/__init__.py" in names
+    modules = {
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "annotated").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    assert modules <= set(names), f"missing from the wheel: {sorted(modules - set(names))}"
+    assert "annotated/model/__init__.py" in names and "annotated/check/__init__.py" in names
     assert not any(n.endswith((".ipynb", ".pt", ".json")) for n in names), names
 
 
@@ -69,7 +75,9 @@ def test_the_installed_wheel_runs_the_readme_snippet(dist, tmp_path):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     snippet = re.findall(r"```python\n(.*?)```", readme, flags=re.S)[0]
     script = tmp_path / "snippet.py"
-    script.write_text("import annotated\nprint(annotated.__file__)\n" + snippet)
+    roles = ("validation", "files", "model", "data", "training", "decoding", "check", "app")
+    every_role = "".join(f"import annotated.{role}\n" for role in roles)
+    script.write_text("import annotated\nprint(annotated.__file__)\n" + every_role + snippet)
     out = run(str(python), str(script), cwd=tmp_path)  # not the repository: no checkout to import
     assert out.splitlines()[0].startswith(str(env_dir))
     assert "torch.Size([2, 4, 64])" in out
