@@ -46,7 +46,9 @@ TRANSLATOR_SRC = BOOK / "translator"  # package.json, lock file, the page's scri
 TRANSLATOR = BOOK / "_extra" / "translator"  # generated: served as translator/
 CHECKPOINT = BOOK.parent / "results" / "multi30k" / "model_fp16.pt"
 TOKENIZER = CHECKPOINT.with_name("tokenizer.json")
-EXPORT_CODE = BOOK.parent / "annotated" / "onnx_export.py"
+EXPORT_CODE = tuple(
+    BOOK.parent / "annotated" / "app" / f for f in ("onnx_export.py", "onnx_graphs.py")
+)
 # What the page loads from node_modules: onnxruntime-web's WebAssembly build (single-threaded use
 # needs only these three; MIT, its licence header is in the .mjs) and the tokenizer library's
 # browser module with its licence.
@@ -170,7 +172,7 @@ def write_translator() -> None:
         shutil.copyfile(TRANSLATOR_SRC / own, TRANSLATOR / own)
     model, stamp = TRANSLATOR / "model", TRANSLATOR / "model" / "inputs.sha256"
     digest = "".join(
-        hashlib.sha256(p.read_bytes()).hexdigest() for p in (CHECKPOINT, TOKENIZER, EXPORT_CODE)
+        hashlib.sha256(p.read_bytes()).hexdigest() for p in (CHECKPOINT, TOKENIZER, *EXPORT_CODE)
     )
     if stamp.is_file() and stamp.read_text() == digest:
         print(f"{model.relative_to(BOOK.parent)} is up to date with the checkpoint")

@@ -1,7 +1,7 @@
 // The book's German -> English translator: the trained model of the translation chapter, run in
 // the reader's browser by onnxruntime-web (single-threaded WebAssembly) and tokenized by the
 // @huggingface/tokenizers library from the same tokenizer.json as Python. Nothing loads until the
-// reader asks for a translation. Greedy and beam search follow annotated/decoding.py step for step.
+// reader asks for a translation. Greedy and beam search follow annotated/decoding/greedy.py and beam.py step for step.
 
 const HERE = new URL("./", import.meta.url);
 const $ = (id) => document.getElementById(id);
@@ -90,7 +90,7 @@ function reorderCache(m, cache, rows) {
   return { self_k: pick(cache.self_k), self_v: pick(cache.self_v) };
 }
 
-// ---- decoding (annotated/decoding.py) -----------------------------------------------------
+// ---- decoding (annotated/decoding/) -----------------------------------------------------
 
 function argmaxNoPad(row, pad) {
   let best = -1;
