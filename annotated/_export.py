@@ -1,0 +1,52 @@
+"""nbdev export processor: a module filled by cells exported to it from elsewhere starts afresh each run.
+
+nbdev writes the module of a notebook's `#| default_exp` afresh, but *appends* a cell exported to another
+module (`#| export model.cache`) to that module's file as it stands, so a module filled only by such cells
+would grow with every export. `pyproject.toml` names this processor in `[tool.nbdev] export_procs`, so a
+plain `nbdev-export` runs it: before nbdev appends the first such cells of an export run, it writes the
+module's file anew, as nbdev writes a new module, opened by the first line of the docstring of the first
+class or function exported to it. Later cells of the run (from the same or a later notebook) are appended.
+"""
+
+import ast
+from pathlib import Path
+
+from nbdev.config import get_config
+from nbdev.maker import ModuleMaker
+from nbdev.process import Processor
+
+_started: set[str] = set()  # modules this export run has started
+_seen: set[str] = set()  # notebooks this export run has read: one read twice means a new run
+
+
+def _docstring(sources: list[str]) -> str:
+    for source in sources:
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.ClassDef | ast.FunctionDef) and ast.get_docstring(node):
+                return ast.get_docstring(node).splitlines()[0]
+    raise ValueError("a module needs a documented class or function to take its docstring from")
+
+
+class FreshModules(Processor):
+    """Start each module that `#| export NAME` cells fill, the first time an export run reaches it."""
+
+    def begin(self) -> None:
+        path = str(Path(self.nb.path_).resolve())
+        if path in _seen:
+            _started.clear(), _seen.clear()
+        _seen.add(path)
+        default = next((c.directives_["default_exp"] for c in self.nb.cells
+                        if "default_exp" in c.directives_), None)  # fmt: skip
+        targets: dict[str, list[str]] = {}
+        for cell in self.nb.cells:
+            target = (cell.directives_.get("export") or "").strip() if cell.cell_type == "code" else ""
+            if target and target != default:
+                targets.setdefault(target, []).append(cell.source)
+        lib = get_config().lib_path
+        for target, sources in targets.items():
+            if target in _started:
+                continue
+            _started.add(target)
+            ModuleMaker(dest=lib, name=target, nb_path=self.nb.path_, is_new=True).make([], [])
+            module = lib / (target.replace(".", "/") + ".py")
+            module.write_text(f'"""{_docstring(sources)}"""\n\n{module.read_text()}')
