@@ -929,7 +929,7 @@ def test_checking_restores_the_thread_count():
 
 
 def test_the_command_line_knows_every_check_and_only_checks():
-    """grading.CHECKED is written out (the checks import grading); it must name exactly the checks."""
+    """check.command.CHECKS is written by hand; it must name exactly the checks `annotated.check` offers."""
     import inspect
 
     from annotated import check as checks
