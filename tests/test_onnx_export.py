@@ -10,12 +10,12 @@ from annotated.app import (
     OnnxTranslator,
     export_copy,
     export_translator,
-    file_sha256,
     load_for_inference,
     main,
 )
 from annotated.data import BOS_ID, encode
 from annotated.decoding import next_token_logits, translate_ids
+from annotated.files import sha256_of
 from annotated.model import causal_mask
 
 pytest.importorskip("onnxruntime")
@@ -119,8 +119,8 @@ def test_page_config(exported, python_model):
     assert json.loads((out / "translator.json").read_text()) == config
     assert config["vocab_size"] == model.cfg.tgt_vocab and config["n_layers"] == model.cfg.n_layers
     assert config["special_ids"] == {"pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}
-    assert config["checkpoint_sha256"] == file_sha256(CHECKPOINT)
-    assert file_sha256(out / "tokenizer.json") == config["tokenizer_sha256"]
+    assert config["checkpoint_sha256"] == sha256_of(CHECKPOINT)
+    assert sha256_of(out / "tokenizer.json") == config["tokenizer_sha256"]
 
 
 def test_long_source_is_refused_by_the_position_table(runner):

@@ -34,7 +34,6 @@ from annotated.app.onnx_graphs import (
 )
 from annotated.app.onnx_export import (
     OnnxTranslator,
-    file_sha256,
     export_translator,
     cmd_export_onnx,
     add_command,
@@ -91,7 +90,6 @@ __all__ = [
     "export_graph",
     "store_exact_float16",
     "OnnxTranslator",
-    "file_sha256",
     "export_translator",
     "cmd_export_onnx",
     "add_command",

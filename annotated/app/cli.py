@@ -14,25 +14,27 @@ from pathlib import Path
 
 import torch
 
-from ..training.checkpoint import Checkpoint, load_checkpoint
-from ..data.tokenizer import decode, encode  # noqa: F401
-from ..decoding.evaluation import bleu_report, translate_ids  # noqa: F401
-from ..data.multi30k import MULTI30K_SIZES, load_multi30k  # noqa: F401
-from ..training.processes import device_of, start_runtime
-from ..training.runs import MANIFEST, Signals, Stop, remove_stale_temporaries
-from ..training.processes import stop_runtime
-from ..training.runs import writable_file, writable_folder, write_results
 from .config import PRESETS, RunConfig, run_config
-from .tasks import TASKS
-from .run import train
 from .inference import check_beam, load_for_inference, source_lines
-from annotated.app.parser import (
-    OneLineErrors,
-    add_task_options,
-    add_train_options,
-    positive,
+from .onnx_export import add_command as add_export_onnx
+from .parser import OneLineErrors, add_task_options, add_train_options, positive
+from .run import train
+from .tasks import TASKS, with_task_defaults
+from ..check.command import add_check_command
+from ..data.multi30k import MULTI30K_SIZES, load_multi30k
+from ..data.tokenizer import decode
+from ..decoding.evaluation import bleu_report, translate_ids
+from ..training.checkpoint import Checkpoint, load_checkpoint
+from ..training.processes import device_of, start_runtime, stop_runtime
+from annotated.training.runs import (
+    MANIFEST,
+    Signals,
+    Stop,
+    remove_stale_temporaries,
+    writable_file,
+    writable_folder,
+    write_results,
 )
-from .tasks import with_task_defaults
 
 # %% ../../notebooks/16_command_line.ipynb #c006
 def build_parser() -> argparse.ArgumentParser:
@@ -67,11 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("text", nargs="*",
                            help="sentences to translate (default: one per line on standard input)")
     translate.set_defaults(func=cmd_translate)
-    from annotated.check.command import add_check_command  # grade a learner's own pieces (appendix 17a)
-    from annotated.app.onnx_export import add_command as add_export_onnx  # notebook 19
-
-    add_check_command(sub)
-    add_export_onnx(sub)
+    add_check_command(sub)  # grade a learner's own pieces (appendix 17a)
+    add_export_onnx(sub)  # notebook 19
     return parser
 
 # %% ../../notebooks/16_command_line.ipynb #c008

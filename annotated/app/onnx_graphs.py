@@ -17,9 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from ..validation import positive_int
-from ..model.cache import DecoderCache
+from ..model.cache import DecoderCache, KVCache
 from ..model.transformer import Transformer
-from ..model.cache import KVCache
 
 
 MAX_SOURCE_TOKENS = 256  # longest source the page accepts, in subwords (Multi30k's longest: 52)

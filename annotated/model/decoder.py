@@ -12,10 +12,9 @@ from torch import Tensor, nn
 
 from .feed_forward import PositionwiseFeedForward
 from ..validation import positive_int
-from .cache import KVCache
+from .cache import DecoderCache, KVCache
 from .multi_head import MultiHeadAttention, split_weights
 from .norm import LayerNorm, SublayerConnection
-from .cache import DecoderCache
 
 # %% ../../notebooks/10_decoder.ipynb #c005
 class DecoderLayer(nn.Module):

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from .attention import attention, check_mask
 from .cache import KVCache
+from .masks import causal_mask
 
 # %% ../../notebooks/04_multi_head_attention.ipynb #c008b
 class MultiHeadAttention(nn.Module):
@@ -71,7 +72,7 @@ class MultiHeadAttention(nn.Module):
             check_mask(mask, torch.Size((q.size(0), self.n_heads, q.size(2), k.size(2))))
         if need_weights:
             if is_causal:  # the explicit path needs the mask the fused kernel builds itself
-                mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()
+                mask = causal_mask(q.size(2), q.device)  # (1, 1, T, T); T == S here
             x, weights = attention(q, k, v, mask, self.dropout, self.scale)  # (B, H, T, Dk)
             return self.W_o(self.merge_heads(x)), weights.detach()  # (B, T, D), (B, H, T, S)
         p = self.dropout.p if self.training else 0.0

@@ -26,10 +26,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..files import atomic_write
+from ..files import atomic_write, sha256_of
 from .checkpoint import Checkpoint, save_checkpoint
 from ..model.transformer import Transformer
-from ..files import sha256_of
 from .processes import Runtime
 
 # %% ../../notebooks/24_runs.ipynb #c008
