@@ -276,6 +276,36 @@ def test_old_option_names_still_work_and_reach_the_config():
     assert with_task_defaults(cfg) == cfg  # nothing left for the task to fill in
 
 
+def test_every_run_option_is_an_option_whose_default_is_the_dataclass_one(monkeypatch):
+    from annotated.app import RunOptions
+
+    train = parsers()["train"]
+    options = {a.dest: a for a in train._actions}
+    for f in fields(RunOptions):
+        assert f.name in options, f"RunOptions.{f.name} has no option"
+        assert options[f.name].default == f.default, f.name
+    # the dataclass is the one source: a changed default there changes the parser and its help
+    monkeypatch.setattr(
+        RunOptions,
+        "__dataclass_fields__",
+        {
+            **RunOptions.__dataclass_fields__,
+            "seed": replace_default(RunOptions.__dataclass_fields__["seed"], 7),
+        },
+    )
+    train = parsers()["train"]
+    assert train.parse_args(["--steps", "1"]).seed == 7
+    assert "random seed (default 7)" in " ".join(train.format_help().split())
+
+
+def replace_default(field, default):
+    from copy import copy
+
+    changed = copy(field)
+    changed.default = default
+    return changed
+
+
 def test_every_model_field_is_an_option_and_the_defaults_are_the_papers():
     from annotated.app import MODEL_FIELDS
     from annotated.model import TransformerConfig

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.testing import assert_close
 
-from annotated.model import Embeddings, values_are_free
+from annotated.model import Embeddings
+from annotated.model.embeddings import values_are_free
 
 
 @settings(max_examples=20, deadline=None)

@@ -45,6 +45,7 @@ from annotated.app.parser import (
     positive,
     per_task,
     add_model_options,
+    run_defaults,
     add_train_options,
     add_task_options,
 )
@@ -99,6 +100,7 @@ __all__ = [
     "positive",
     "per_task",
     "add_model_options",
+    "run_defaults",
     "add_train_options",
     "add_task_options",
     "build_parser",

@@ -4,8 +4,8 @@ Each module is generated from a notebook (its header names which); this file, wr
 re-exports their public names.
 """
 
-from annotated.model.attention import check_mask, attention
-from annotated.model.masks import check_tokens, padding_mask, causal_mask
+from annotated.model.attention import attention
+from annotated.model.masks import padding_mask, causal_mask
 from annotated.model.cache import KVCache, DecoderCache
 from annotated.model.multi_head import MultiHeadAttention, split_weights
 from annotated.model.dropout import Dropout
@@ -15,7 +15,7 @@ from annotated.model.positional import (
     relative_shift_matrix,
     PositionalEncoding,
 )
-from annotated.model.embeddings import values_are_free, check_token_ids, Embeddings
+from annotated.model.embeddings import Embeddings
 from annotated.model.norm import LayerNorm, SublayerConnection
 from annotated.model.feed_forward import PositionwiseFeedForward
 from annotated.model.encoder import EncoderLayer, Encoder
@@ -23,9 +23,7 @@ from annotated.model.decoder import DecoderLayer, Decoder
 from annotated.model.transformer import TransformerConfig, AttentionWeights, Transformer, make_model
 
 __all__ = [
-    "check_mask",
     "attention",
-    "check_tokens",
     "padding_mask",
     "causal_mask",
     "KVCache",
@@ -37,8 +35,6 @@ __all__ = [
     "sinusoidal_encoding",
     "relative_shift_matrix",
     "PositionalEncoding",
-    "values_are_free",
-    "check_token_ids",
     "Embeddings",
     "LayerNorm",
     "SublayerConnection",
