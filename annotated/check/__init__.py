@@ -1,14 +1,15 @@
 """Grade your own implementation of a piece of the model: `check.attention(my_attention)`.
 
 Each check runs a list of properties (agreement with PyTorch where a reference exists, causality,
-padding invariance, ...) and returns a `Report` naming the one that fails. The modules are generated
+padding invariance, ...) and returns a `Report` naming the one that fails. `check.solution` decorates
+an exercise's solution so that it stands in only for a starter the reader has not filled in. The modules are generated
 from notebooks 17, 17a, 18, 20 and 20b; this file, written by hand, re-exports what a learner calls.
 """
 
 from annotated.check.attention_checks import attention, masks
 from annotated.check.command import CHECKS, add_check_command, main_cli
 from annotated.check.decoding_checks import greedy_decode
-from annotated.check.framework import Report
+from annotated.check.framework import Report, solution
 from annotated.check.layer_checks import (
     encoder_layer,
     feed_forward,
@@ -34,6 +35,7 @@ __all__ = [
     "learning_rate",
     "greedy_decode",
     "Report",
+    "solution",
     "CHECKS",
     "add_check_command",
     "main_cli",
