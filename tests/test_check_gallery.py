@@ -1,0 +1,1102 @@
+"""annotated.check's gallery of wrong implementations: every property of every grader is failed by
+at least one of them, and each fails exactly the properties it names, no more and no fewer.
+
+A property that no wrong implementation fails cannot be shown to work (issue 32): turn it into a
+no-op and the suite would not notice. The exact sets also keep a wrong implementation honest: one
+that fails everything because it raises (a stale signature) catches nothing in particular."""
+
+import inspect
+import math
+from functools import cache, partial
+from typing import NamedTuple
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from annotated import (
+    DecoderLayer,
+    Embeddings,
+    EncoderLayer,
+    LabelSmoothingLoss,
+    LayerNorm,
+    MultiHeadAttention,
+    PositionwiseFeedForward,
+    Transformer,
+    TransformerConfig,
+    causal_mask,
+    padding_mask,
+    sinusoidal_encoding,
+)
+from annotated.check import CHECKS
+
+SMALL = dict(d_model=32, n_layers=2, d_ff=64, n_heads=4)
+
+
+class Wrong(NamedTuple):
+    """A wrong implementation: the grader, its arguments, and the properties that must fail."""
+
+    piece: str
+    implementation: tuple
+    caught_by: frozenset[str]
+    name: str
+
+
+def wrong(piece: str, implementation, *caught_by: str, name: str | None = None) -> Wrong:
+    args = implementation if isinstance(implementation, tuple) else (implementation,)
+    return Wrong(piece, args, frozenset(caught_by), name or args[-1].__name__)
+
+
+@cache
+def property_names(piece: str) -> list[str]:
+    """The grader's properties, in order: any implementation that builds gets a row for each."""
+    grader = CHECKS[piece]
+    n_args = len(inspect.signature(grader).parameters)
+    report = grader(*[lambda *args: nn.Identity()] * n_args)  # builds; fails what it fails
+    names = [name for name, _, _ in report.results]
+    assert names != ["builds"], f"check.{piece} did not build a stand-in: {report}"
+    return names
+
+
+def assert_caught(w: Wrong) -> None:
+    report = CHECKS[w.piece](*w.implementation)
+    assert [name for name, _, _ in report.results] == property_names(w.piece), str(report)
+    assert set(report.failed) == w.caught_by, str(report)
+
+
+def name_of(w: Wrong) -> str:
+    return w.name
+
+
+# ---- Wrong attention functions ------------------------------------------------------------------
+
+
+def scores_of(q, k):
+    return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+
+
+def fill_minus_1e_12(q, k, v, mask=None):  # the seed notes: a "very small" fill of -1e-12
+    s = scores_of(q, k)
+    if mask is not None:
+        s = s.masked_fill(mask == 0, -1e-12)
+    return s.softmax(-1) @ v
+
+
+def fill_discarded(q, k, v, mask=None):  # the seed notes: masked_fill's result is thrown away
+    s = scores_of(q, k)
+    if mask is not None:
+        s.masked_fill(mask == 0, -1e9)
+    return s.softmax(-1) @ v
+
+
+def unscaled(q, k, v, mask=None):
+    s = q @ k.transpose(-2, -1)
+    if mask is not None:
+        s = s.masked_fill(~mask, -1e9)
+    return s.softmax(-1) @ v
+
+
+def softmax_over_queries(q, k, v, mask=None):
+    s = scores_of(q, k)
+    if mask is not None:
+        s = s.masked_fill(~mask, -1e9)
+    return s.softmax(-2) @ v
+
+
+def polarity_reversed(q, k, v, mask=None):  # True taken as "hide"
+    s = scores_of(q, k)
+    if mask is not None:
+        s = s.masked_fill(mask, -1e9)
+    return s.softmax(-1) @ v
+
+
+def fill_minus_inf(q, k, v, mask=None):  # a query with no visible key gets 0/0 = NaN
+    s = scores_of(q, k)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return s.softmax(-1) @ v
+
+
+def key_view_not_transpose(q, k, v, mask=None):  # the seed notes: K^T by view
+    B, H, S, Dk = k.shape
+    s = q @ k.view(B, H, Dk, S) / math.sqrt(Dk)
+    if mask is not None:
+        s = s.masked_fill(mask == 0, -1e9)
+    return s.softmax(-1) @ v, s
+
+
+def softmax_without_dim(q, k, v, mask=None):  # the seed notes: nn.Softmax() guesses dim=1 in 4-D
+    s = scores_of(q, k)
+    if mask is not None:
+        s = s.masked_fill(mask == 0, -1e9)
+    return nn.Softmax()(s) @ v
+
+
+def dropout_always_on(q, k, v, mask=None):
+    s = scores_of(q, k)
+    if mask is not None:
+        s = s.masked_fill(~mask, -1e9)
+    return F.dropout(s.softmax(-1), 0.1) @ v
+
+
+def weights_averaged_over_heads(q, k, v, mask=None):  # nn.MultiheadAttention's default weights
+    s = scores_of(q, k)
+    if mask is not None:
+        s = s.masked_fill(~mask, -1e9)
+    weights = s.softmax(-1)  # (B, H, T, S)
+    return weights @ v, weights.mean(1)  # weights (B, T, S): the head axis averaged away
+
+
+def weights_detached(q, k, v, mask=None):  # kept for a plot, then used: no gradient to q and k
+    s = scores_of(q, k)
+    if mask is not None:
+        s = s.masked_fill(~mask, -1e9)
+    return s.softmax(-1).detach() @ v
+
+
+# the masked reference compares the masked output, so every masking bug also fails it
+MASKED = "matches_reference_masked"
+WRONG_ATTENTION = [
+    wrong("attention", fill_minus_1e_12, MASKED, "masked_keys_get_no_weight"),
+    wrong("attention", fill_discarded, MASKED, "masked_keys_get_no_weight"),
+    wrong("attention", unscaled, "matches_reference", MASKED, "scaled_by_sqrt_dk"),
+    wrong(
+        "attention",
+        softmax_over_queries,
+        "matches_reference",
+        MASKED,
+        "scaled_by_sqrt_dk",
+        "rows_sum_to_one",
+    ),
+    wrong("attention", polarity_reversed, MASKED, "masked_keys_get_no_weight"),
+    wrong("attention", fill_minus_inf, "fully_masked_row_is_finite"),
+    wrong("attention", key_view_not_transpose, "matches_reference", MASKED, "key_order_invariance"),
+    wrong(
+        "attention",
+        softmax_without_dim,
+        "matches_reference",
+        MASKED,
+        "scaled_by_sqrt_dk",
+        "rows_sum_to_one",
+        "masked_keys_get_no_weight",
+    ),
+    wrong(
+        "attention",
+        dropout_always_on,
+        "matches_reference",
+        MASKED,
+        "scaled_by_sqrt_dk",
+        "rows_sum_to_one",
+        "batch_independence",
+        "key_order_invariance",
+        "deterministic",
+    ),
+    wrong("attention", weights_averaged_over_heads, "output_shape"),
+    wrong("attention", weights_detached, "gradients_reach_inputs"),
+]
+
+
+@pytest.mark.parametrize("w", WRONG_ATTENTION, ids=name_of)
+def test_wrong_attention_is_caught(w):
+    assert_caught(w)
+
+
+# ---- Wrong masks ---------------------------------------------------------------------------------
+
+
+def padding_reversed(tokens, pad_id):
+    return (tokens == pad_id)[:, None, None, :]
+
+
+def padding_pad_is_zero(tokens, pad_id):  # the seed notes: seq_k.eq(0), whatever the pad id
+    return (tokens != 0)[:, None, None, :]
+
+
+def padding_float(tokens, pad_id):
+    return (tokens != pad_id)[:, None, None, :].float()
+
+
+def padding_unbroadcastable(tokens, pad_id):
+    return tokens != pad_id  # (B, S): lines up with (T, S), not with (B, ..., S)
+
+
+def causal_triu(size):  # the seed notes: triu(diagonal=1), the future marked True
+    return torch.ones(size, size).triu(1).bool()[None, None]
+
+
+def causal_hides_itself(size):
+    return torch.ones(size, size, dtype=torch.bool).tril(-1)[None, None]
+
+
+def causal_float(size):  # right values, but a float mask adds to the scores instead of hiding
+    return torch.ones(size, size).tril()[None, None]
+
+
+# a wrong padding mask fails with pad 1 as with pad 0; a causal mask's dtype fails its values too
+BOTH_PADS = ("padding_hides_pads", "padding_uses_pad_id")
+WRONG_MASKS = [
+    wrong("masks", (padding_reversed, causal_mask), *BOTH_PADS, name="padding_reversed"),
+    wrong("masks", (padding_pad_is_zero, causal_mask), "padding_uses_pad_id", name="pad_is_zero"),
+    wrong(
+        "masks",
+        (padding_float, causal_mask),
+        "padding_shape_and_dtype",
+        *BOTH_PADS,
+        name="padding_float",
+    ),
+    wrong(
+        "masks",
+        (padding_unbroadcastable, causal_mask),
+        "padding_shape_and_dtype",
+        *BOTH_PADS,
+        name="padding_unbroadcastable",
+    ),
+    wrong("masks", (padding_mask, causal_triu), "causal_hides_future"),
+    wrong("masks", (padding_mask, causal_hides_itself), "causal_hides_future"),
+    wrong("masks", (padding_mask, causal_float), "causal_shape_and_dtype", "causal_hides_future"),
+]
+
+
+@pytest.mark.parametrize("w", WRONG_MASKS, ids=name_of)
+def test_wrong_masks_are_caught(w):
+    assert_caught(w)
+
+
+# ---- Wrong multi-head attention ------------------------------------------------------------------
+
+
+class SplitWithView(MultiHeadAttention):
+    def split_heads(self, x):
+        B, T, _ = x.shape
+        return x.view(B, self.n_heads, T, self.d_k)  # no transpose: heads cut across positions
+
+
+class MergeWithoutTranspose(MultiHeadAttention):
+    def merge_heads(self, x):
+        B, _, T, _ = x.shape
+        return x.reshape(B, T, self.d_model)  # (B, H, T, Dk) read as (B, T, D)
+
+
+class OwnForward(MultiHeadAttention):
+    """Multi-head attention with the steps written out, so that one of them can go wrong."""
+
+    value_projection = "W_v"
+    scale_width = "d_k"
+    fill = -1e9
+    dropout_p = 0.0
+
+    def forward(self, query, key, value, mask=None):
+        W_v = getattr(self, self.value_projection)
+        q, k, v = (
+            self.split_heads(W(x)) for W, x in ((self.W_q, query), (self.W_k, key), (W_v, value))
+        )  # (B, H, len, Dk)
+        s = q @ k.transpose(-2, -1) / math.sqrt(getattr(self, self.scale_width))  # (B, H, T, S)
+        if mask is not None:
+            s = s.masked_fill(~mask, self.fill)
+        weights = F.dropout(s.softmax(-1), self.dropout_p)  # F.dropout: training=True by default
+        return self.W_o(self.merge_heads(weights @ v))  # (B, T, D)
+
+
+class ScaledByDModel(OwnForward):
+    scale_width = "d_model"  # sqrt(d_model), not sqrt(d_k)
+
+
+class MultiHeadMinusInf(OwnForward):
+    fill = float("-inf")
+
+
+class ValuesProjectedByWK(OwnForward):
+    value_projection = "W_k"  # a copy-paste slip: W_v is built and never used
+
+
+class MultiHeadDropoutAlwaysOn(OwnForward):
+    dropout_p = 0.1
+
+
+class SeedMultiHead(nn.Module):
+    """The seed notes' layer: q.view(batch * h, -1, d_k), the mask repeated h times."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h, self.d_k = n_heads, d_model // n_heads
+        self.linear_q, self.linear_k, self.linear_v, self.linear_final = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
+
+    def forward(self, query, key, value, mask=None):
+        B = query.size(0)
+        q = self.linear_q(query).view(B * self.h, -1, self.d_k)
+        k = self.linear_k(key).view(B * self.h, -1, self.d_k)
+        v = self.linear_v(value).view(B * self.h, -1, self.d_k)
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        if mask is not None:
+            mask = mask.expand(B, 1, q.size(1), k.size(1))[:, 0].repeat(self.h, 1, 1)
+            s = s.masked_fill(mask == 0, -1e9)
+        context = s.softmax(-1) @ v
+        return self.linear_final(context.contiguous().view(B, -1, self.d_k * self.h))
+
+
+class TorchTuple(nn.Module):
+    """nn.MultiheadAttention's result passed on as it comes: an (output, weights) tuple."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+
+    def forward(self, query, key, value, mask=None):
+        if mask is not None:
+            B, T, S = query.size(0), query.size(1), key.size(1)
+            mask = ~mask.expand(B, self.mha.num_heads, T, S).reshape(-1, T, S)
+        return self.mha(query, key, value, attn_mask=mask)
+
+
+MIXES_POSITIONS = ("matches_reference", "permutation_equivariance", "key_order_invariance")
+WRONG_MULTI_HEAD = [
+    wrong("multi_head", SplitWithView, *MIXES_POSITIONS, "causality", "padding_invariance"),
+    wrong(
+        "multi_head", SeedMultiHead, *MIXES_POSITIONS, "padding_invariance", "batch_independence"
+    ),
+    wrong(
+        "multi_head",
+        MergeWithoutTranspose,
+        "matches_reference",
+        "permutation_equivariance",
+        "causality",
+    ),
+    wrong("multi_head", ScaledByDModel, "matches_reference"),
+    wrong("multi_head", MultiHeadMinusInf, "fully_masked_row_is_finite"),
+    wrong(
+        "multi_head", ValuesProjectedByWK, "matches_reference", "gradients_reach_every_parameter"
+    ),
+    wrong(
+        "multi_head",
+        MultiHeadDropoutAlwaysOn,
+        *MIXES_POSITIONS,
+        "causality",
+        "padding_invariance",
+        "batch_independence",
+        "deterministic_in_eval",
+    ),
+    wrong(  # not a tensor: every property that reads the output fails; the reference does not apply
+        "multi_head",
+        TorchTuple,
+        "output_shape",
+        *MIXES_POSITIONS[1:],
+        "causality",
+        "padding_invariance",
+        "fully_masked_row_is_finite",
+        "batch_independence",
+        "deterministic_in_eval",
+        "gradients_reach_every_parameter",
+    ),
+]
+
+
+@pytest.mark.parametrize("w", WRONG_MULTI_HEAD, ids=name_of)
+def test_wrong_multi_head_is_caught(w):
+    assert_caught(w)
+
+
+# ---- Wrong LayerNorm, positional encoding, feed-forward ------------------------------------------
+
+
+class SeedLayerNorm(nn.Module):
+    """The seed notes' LayerNorm: unbiased std, eps added outside the root."""
+
+    def __init__(self, d_model, eps=1e-12):
+        super().__init__()
+        self.gamma, self.beta, self.eps = (
+            nn.Parameter(torch.ones(d_model)),
+            nn.Parameter(torch.zeros(d_model)),
+            eps,
+        )
+
+    def forward(self, x):
+        return (
+            self.gamma * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + self.eps)
+            + self.beta
+        )
+
+
+class StdPlusEps(SeedLayerNorm):
+    """Biased std, but eps still outside the root: right for ordinary inputs, wrong for quiet ones."""
+
+    def __init__(self, d_model):
+        super().__init__(d_model, eps=1e-5)
+
+    def forward(self, x):
+        std = x.std(-1, correction=0, keepdim=True)
+        return self.gamma * (x - x.mean(-1, keepdim=True)) / (std + self.eps) + self.beta
+
+
+class NormOverAxis(LayerNorm):
+    """Statistics over another axis than the features."""
+
+    axis = 1  # positions
+
+    def forward(self, x):
+        mean, var = x.mean(self.axis, keepdim=True), x.var(self.axis, correction=0, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class NormOverPositions(NormOverAxis):
+    axis = 1
+
+
+class NormOverBatch(NormOverAxis):
+    axis = 0  # the batch: BatchNorm's statistics where LayerNorm's belong
+
+
+class CentredOnly(LayerNorm):
+    """The mean subtracted, the variance never divided out."""
+
+    def forward(self, x):
+        return (x - x.mean(-1, keepdim=True)) * self.weight + self.bias
+
+
+class FlatLayerNorm(LayerNorm):
+    def forward(self, x):
+        return super().forward(x.reshape(-1, self.d_model))  # (B * T, D), never reshaped back
+
+
+class LayerNormWithDropout(LayerNorm):
+    def forward(self, x):
+        return F.dropout(super().forward(x), 0.1)  # F.dropout: training=True whatever the mode
+
+
+class BiasForgotten(LayerNorm):
+    def forward(self, x):
+        return F.layer_norm(x, (self.d_model,), self.weight, None, self.eps)  # beta never added
+
+
+def exponent_per_column(max_len, d_model):  # 10000^(j/d) with j the column, not 2i
+    j = torch.arange(d_model)
+    angle = torch.arange(max_len)[:, None] / 10000 ** (j / d_model)
+    return torch.where(j % 2 == 0, angle.sin(), angle.cos())
+
+
+def sin_cos_swapped(max_len, d_model):
+    pe = sinusoidal_encoding(max_len, d_model)
+    return torch.stack([pe[:, 1::2], pe[:, 0::2]], -1).flatten(1)
+
+
+def positions_over_max_len(max_len, d_model):
+    column = torch.arange(d_model)
+    pos = torch.arange(max_len)[:, None] / max_len  # positions squeezed into [0, 1)
+    angle = pos / 10000 ** (column // 2 * 2 / d_model)
+    return torch.where(column % 2 == 0, angle.sin(), angle.cos())
+
+
+def with_batch_axis(max_len, d_model):  # (1, max_len, d_model), ready to add to a batch
+    return sinusoidal_encoding(max_len, d_model)[None]
+
+
+class DropoutAlwaysOn(PositionwiseFeedForward):
+    def forward(self, x):
+        return self.w_2(F.dropout(torch.relu(self.w_1(x)), 0.1))  # training=True whatever the mode
+
+
+class NoReLU(PositionwiseFeedForward):
+    def forward(self, x):
+        return self.w_2(self.w_1(x))
+
+
+class SecondLayerForgotten(PositionwiseFeedForward):
+    def forward(self, x):
+        return torch.relu(self.w_1(x))  # (B, T, F): w_2 built, never applied
+
+
+class GateNeverUsed(PositionwiseFeedForward):
+    """A GLU variant's gate, built and forgotten: its weights get no gradient."""
+
+    def __init__(self, d_model, d_ff):
+        super().__init__(d_model, d_ff)
+        self.w_gate = nn.Linear(d_model, d_ff)
+
+
+NORM = ("matches_reference", "small_variance_inputs")
+UNSTABLE = ("batch_independence", "deterministic_in_eval")  # dropout: no two calls agree
+WRONG_PIECES = [
+    wrong("layer_norm", SeedLayerNorm, *NORM),
+    wrong("layer_norm", StdPlusEps, "small_variance_inputs"),
+    wrong("layer_norm", NormOverPositions, *NORM),
+    wrong("layer_norm", NormOverBatch, *NORM, "batch_independence"),
+    wrong("layer_norm", CentredOnly, *NORM),
+    wrong("layer_norm", FlatLayerNorm, "output_shape", *NORM, "batch_independence"),
+    wrong("layer_norm", LayerNormWithDropout, *NORM, *UNSTABLE),
+    wrong("layer_norm", BiasForgotten, "matches_reference", "gradients_reach_every_parameter"),
+    wrong(
+        "positional_encoding",
+        exponent_per_column,
+        "matches_closed_form",
+        "relative_shift_is_rotation",
+    ),
+    wrong("positional_encoding", sin_cos_swapped, "matches_closed_form"),
+    wrong(
+        "positional_encoding",
+        positions_over_max_len,
+        "matches_closed_form",
+        "independent_of_max_len",
+    ),
+    wrong(
+        "positional_encoding",
+        with_batch_axis,
+        "output_shape",
+        "matches_closed_form",
+        "relative_shift_is_rotation",
+        "independent_of_max_len",
+    ),
+    wrong("feed_forward", DropoutAlwaysOn, "matches_reference", "position_wise", *UNSTABLE),
+    wrong("feed_forward", NoReLU, "matches_reference"),
+    wrong(
+        "feed_forward",
+        SecondLayerForgotten,
+        "output_shape",
+        "matches_reference",
+        "gradients_reach_every_parameter",
+    ),
+    wrong("feed_forward", GateNeverUsed, "gradients_reach_every_parameter"),
+]
+
+
+@pytest.mark.parametrize("w", WRONG_PIECES, ids=lambda w: f"{w.piece}-{w.name}")
+def test_wrong_pieces_are_caught(w):
+    assert_caught(w)
+
+
+# ---- Wrong layers and models ---------------------------------------------------------------------
+
+
+def with_norm(layer_cls, norm_cls):
+    """The layer built with another LayerNorm in each of its sub-layer connections."""
+
+    def factory(d_model, n_heads, d_ff):
+        layer = layer_cls(d_model, n_heads, d_ff)
+        for sublayer in layer.sublayers:
+            sublayer.norm = norm_cls(d_model)
+        return layer
+
+    factory.__name__ = f"{layer_cls.__name__}_with_{norm_cls.__name__}"
+    return factory
+
+
+def pre_ln(layer_cls):
+    def factory(d_model, n_heads, d_ff):
+        return layer_cls(d_model, n_heads, d_ff, norm_first=True)
+
+    factory.__name__ = f"pre_ln_{layer_cls.__name__}"
+    return factory
+
+
+class SelfAttentionIgnoresMask(EncoderLayer):
+    def forward(self, x, mask=None):
+        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x))  # mask never passed
+        return self.sublayers[1](x, self.feed_forward)
+
+
+class EncoderReturnsMask(EncoderLayer):
+    def forward(self, x, mask=None):
+        return super().forward(x, mask), mask  # (x, mask), to chain the layers in nn.Sequential
+
+
+class EncoderAddsPositions(EncoderLayer):
+    def forward(self, x, mask=None):  # positions added again in every layer
+        return super().forward(x + sinusoidal_encoding(x.size(1), self.d_model), mask)
+
+
+class EncoderDropoutAlwaysOn(EncoderLayer):
+    def forward(self, x, mask=None):
+        x = self.sublayers[0](x, lambda x: F.dropout(self.self_attn(x, x, x, mask), 0.1))
+        return self.sublayers[1](x, self.feed_forward)
+
+
+class EncoderSkipsFeedForward(EncoderLayer):
+    def forward(self, x, mask=None):
+        return self.sublayers[0](x, lambda x: self.self_attn(x, x, x, mask))
+
+
+class ContextFromTarget(DecoderLayer):
+    def forward(self, x, memory, src_mask, tgt_mask, *rest):
+        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, tgt_mask))
+        x = self.sublayers[1](
+            x, lambda x: self.cross_attn(x, x, x, tgt_mask)
+        )  # keys: x, not memory
+        return self.sublayers[2](x, self.feed_forward)
+
+
+class NoTargetMask(DecoderLayer):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        return super().forward(x, memory, src_mask, None)
+
+
+class NoSourceMask(DecoderLayer):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        return super().forward(x, memory, None, tgt_mask)
+
+
+class DecoderReturnsLastPosition(DecoderLayer):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        return super().forward(x, memory, src_mask, tgt_mask)[:, -1]  # (B, D): a step's output
+
+
+class MemoryWithPositions(DecoderLayer):
+    def forward(self, x, memory, src_mask, tgt_mask):  # the memory's positions added again
+        memory = memory + sinusoidal_encoding(memory.size(1), self.d_model)
+        return super().forward(x, memory, src_mask, tgt_mask)
+
+
+class DecoderDropoutAlwaysOn(DecoderLayer):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        return super().forward(F.dropout(x, 0.1), memory, src_mask, tgt_mask)
+
+
+class DecoderSkipsFeedForward(DecoderLayer):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, tgt_mask))
+        return self.sublayers[1](x, lambda x: self.cross_attn(x, memory, memory, src_mask))
+
+
+class ScaleAfterPositions(Transformer):
+    """sqrt(d_model) * (embedding + PE): the encodings are scaled with the embeddings."""
+
+    def encode(self, src, src_mask=None):
+        x = self.src_pos(self.src_embed.lut(src)) * math.sqrt(self.cfg.d_model)
+        return self.encoder(x, src_mask)
+
+    def decode(self, memory, src_mask, tgt, tgt_mask, cache=None, **_):
+        x = self.tgt_pos(self.tgt_embed.lut(tgt)) * math.sqrt(self.cfg.d_model)
+        return self.decoder(x, memory, src_mask, tgt_mask)
+
+
+class DecoderIgnoresTargetMask(Transformer):
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return super().forward(src, tgt, src_mask, None)
+
+
+class EncoderIgnoresSourceMask(Transformer):
+    def encode(self, src, src_mask=None):
+        return super().encode(src, None)
+
+
+class NoGenerator(Transformer):
+    """The output layer left to the caller, as the Annotated Transformer's forward does."""
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask)  # (B, T, D)
+
+
+class ModelContextFromTarget(Transformer):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        for layer in self.decoder.layers:
+            layer.__class__ = ContextFromTarget
+
+
+class LogSoftmaxOverBatch(Transformer):
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return super().forward(src, tgt, src_mask, tgt_mask).log_softmax(0)  # dim 0: the batch
+
+
+class ModelDropoutAlwaysOn(Transformer):
+    def encode(self, src, src_mask=None):
+        return F.dropout(super().encode(src, src_mask), 0.1)  # training=True whatever the mode
+
+
+def small(cls):
+    def factory(src_vocab, tgt_vocab):
+        return cls(TransformerConfig(src_vocab, tgt_vocab, **SMALL))
+
+    factory.__name__ = cls.__name__
+    return factory
+
+
+# an output that is not a (B, len, D) tensor fails every property that reads it
+NOT_A_TENSOR = (
+    "output_shape",
+    "padding_invariance",
+    "permutation_equivariance",
+    "output_is_layer_normalised",
+    "batch_independence",
+    "deterministic_in_eval",
+    "gradients_reach_every_parameter",
+)
+MODEL_DROPOUT = ("causality", "src_padding_invariance", *UNSTABLE)
+WRONG_LAYERS = [
+    wrong("encoder_layer", pre_ln(EncoderLayer), "output_is_layer_normalised"),
+    wrong("encoder_layer", SelfAttentionIgnoresMask, "padding_invariance"),
+    wrong("encoder_layer", EncoderReturnsMask, *NOT_A_TENSOR),
+    wrong("encoder_layer", EncoderAddsPositions, "permutation_equivariance"),
+    wrong("encoder_layer", with_norm(EncoderLayer, CentredOnly), "output_is_layer_normalised"),
+    wrong(
+        "encoder_layer",
+        with_norm(EncoderLayer, NormOverBatch),
+        "output_is_layer_normalised",
+        "batch_independence",
+    ),
+    wrong(
+        "encoder_layer",
+        EncoderDropoutAlwaysOn,
+        "padding_invariance",
+        "permutation_equivariance",
+        *UNSTABLE,
+    ),
+    wrong("encoder_layer", EncoderSkipsFeedForward, "gradients_reach_every_parameter"),
+    wrong("decoder_layer", pre_ln(DecoderLayer), "output_is_layer_normalised"),
+    wrong("decoder_layer", ContextFromTarget, "memory_is_attended"),
+    wrong("decoder_layer", NoTargetMask, "causality"),
+    wrong("decoder_layer", NoSourceMask, "src_padding_invariance"),
+    wrong("decoder_layer", DecoderReturnsLastPosition, "output_shape", "causality"),
+    wrong("decoder_layer", MemoryWithPositions, "memory_order_invariance"),
+    wrong("decoder_layer", with_norm(DecoderLayer, CentredOnly), "output_is_layer_normalised"),
+    wrong(  # over a batch of two, every normalised entry is +-1: a change in the memory vanishes
+        "decoder_layer",
+        with_norm(DecoderLayer, NormOverBatch),
+        "memory_is_attended",
+        "output_is_layer_normalised",
+        "batch_independence",
+    ),
+    wrong(
+        "decoder_layer",
+        DecoderDropoutAlwaysOn,
+        "causality",
+        "src_padding_invariance",
+        "memory_order_invariance",
+        *UNSTABLE,
+    ),
+    wrong("decoder_layer", DecoderSkipsFeedForward, "gradients_reach_every_parameter"),
+    wrong("model", small(ScaleAfterPositions), "embeddings_scaled_then_positions_added"),
+    wrong("model", small(DecoderIgnoresTargetMask), "causality"),
+    wrong("model", small(EncoderIgnoresSourceMask), "src_padding_invariance"),
+    wrong("model", small(NoGenerator), "output_shape", "gradients_reach_every_parameter"),
+    wrong(
+        "model", small(ModelContextFromTarget), "source_matters", "gradients_reach_every_parameter"
+    ),
+    wrong("model", small(LogSoftmaxOverBatch), "batch_independence"),
+    wrong("model", small(ModelDropoutAlwaysOn), *MODEL_DROPOUT),
+]
+
+
+@pytest.mark.parametrize("w", WRONG_LAYERS, ids=lambda w: f"{w.piece}-{w.name}")
+def test_wrong_layers_and_models_are_caught(w):
+    assert_caught(w)
+
+
+# ---- Wrong embeddings, label smoothing, learning rates, greedy decoders ---------------------------
+
+
+class EmbeddingsUnscaled(Embeddings):
+    def forward(self, tokens):
+        return self.lut(tokens)  # the sqrt(d_model) of §3.4 forgotten
+
+
+class EmbeddingsScaledByDModel(Embeddings):
+    def forward(self, tokens):
+        return self.lut(tokens) * self.d_model
+
+
+class EmbeddingsWithPositions(Embeddings):
+    """Positions added inside the look-up: the encoding of §3.5 belongs after it."""
+
+    def forward(self, tokens):
+        return super().forward(tokens) + sinusoidal_encoding(tokens.size(1), self.d_model)
+
+
+class EmbeddingsWithDropout(Embeddings):
+    def forward(self, tokens):
+        return F.dropout(super().forward(tokens), 0.1)  # training=True whatever the mode
+
+
+class EmbeddingsArgumentsSwapped(Embeddings):
+    def __init__(self, vocab_size, d_model):
+        super().__init__(vocab_size, d_model)
+        self.lut = nn.Embedding(d_model, vocab_size)  # (D, V): rows for D tokens, V wide
+
+
+class EmbeddingsFrozen(Embeddings):
+    def __init__(self, vocab_size, d_model):
+        super().__init__(vocab_size, d_model)
+        table = torch.randn(vocab_size, d_model)
+        self.lut = nn.Embedding.from_pretrained(table)  # freeze=True by default: never learns
+
+
+def smoothing_over_all_classes(vocab_size, pad_id, smoothing):
+    """PyTorch's label_smoothing: eps spread over all V classes, the label and padding included."""
+
+    def loss(logits, target):
+        return F.cross_entropy(
+            logits.reshape(-1, vocab_size),
+            target.reshape(-1),
+            ignore_index=pad_id,
+            label_smoothing=smoothing,
+            reduction="sum",
+        )
+
+    return loss
+
+
+class SmoothingPadScored(LabelSmoothingLoss):
+    """The pad column is zeroed, but positions whose label is pad are still scored."""
+
+    def forward(self, logits, target):
+        q = self.target_distribution(target.clamp(min=0)).view(*target.shape, -1)
+        q = torch.where(
+            (target == self.pad_id)[..., None], self.smoothing / (self.vocab_size - 1), q
+        )
+        return -(q * logits.log_softmax(-1)).sum()
+
+
+class SmoothingMean(LabelSmoothingLoss):
+    def forward(self, logits, target):
+        return super().forward(logits, target) / (target != self.pad_id).sum()
+
+
+class SmoothingLogOfSoftmax(LabelSmoothingLoss):
+    def forward(self, logits, target):
+        q = self.target_distribution(target).view(*target.shape, -1)
+        return -(q * logits.softmax(-1).log()).sum()  # log(0) = -inf where softmax underflows
+
+
+class SmoothingWithoutGradients(LabelSmoothingLoss):
+    def forward(self, logits, target):
+        with torch.no_grad():  # "the loss is only a number": nothing to train on
+            return super().forward(logits, target)
+
+
+def lr_counted_from_zero(step, d_model, warmup):  # the first update gets the rate of step 2
+    step += 1
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def lr_max_not_min(step, d_model, warmup):
+    return d_model**-0.5 * max(step**-0.5, step * warmup**-1.5)
+
+
+def lr_step_zero_clamped(step, d_model, warmup):  # step 0 silently gets step 1's rate
+    step = max(step, 1)
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def lr_warmup_exponent(step, d_model, warmup):  # warmup^-0.5 where Eq. 3 has warmup^-1.5
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-0.5)
+
+
+def greedy(
+    model,
+    src,
+    src_mask,
+    max_len,
+    bos_id,
+    eos_id,
+    pad_id,
+    start=None,
+    position=-1,
+    feed_back=True,
+    extra_steps=0,
+    mask_pad=True,
+    pad_after_eos=True,
+    stop_when_done=True,
+    squeeze=False,
+):
+    """Greedy decoding with a switch for each classic mistake."""
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id if start is None else start)
+    done = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len + extra_steps):
+        prefix = ys if feed_back else ys[:, :1]
+        out = model.decode(memory, src_mask, prefix, causal_mask(prefix.size(1)))
+        if squeeze:  # meant to drop the position axis; a batch of one loses its batch axis too
+            logits = model.generator(out[:, -1:]).squeeze()
+        else:
+            logits = model.generator(out[:, position])  # (B, V)
+        if mask_pad:
+            logits[:, pad_id] = float("-inf")
+        token = logits.argmax(-1)
+        if pad_after_eos:
+            token = token.masked_fill(done, pad_id)
+        ys = torch.cat([ys, token[:, None]], 1)
+        done |= token == eos_id
+        if stop_when_done and done.all():
+            break
+    return ys
+
+
+WRONG_TRAINING_PIECES = [
+    wrong("embeddings", EmbeddingsUnscaled, "scaled_by_sqrt_d_model"),
+    wrong("embeddings", EmbeddingsScaledByDModel, "scaled_by_sqrt_d_model"),
+    wrong(
+        "embeddings", EmbeddingsWithPositions, "scaled_by_sqrt_d_model", "same_token_same_vector"
+    ),
+    wrong(
+        "embeddings",
+        EmbeddingsWithDropout,
+        "scaled_by_sqrt_d_model",
+        "same_token_same_vector",
+        *UNSTABLE,
+    ),
+    wrong(
+        "embeddings",
+        EmbeddingsArgumentsSwapped,
+        "output_shape",
+        "scaled_by_sqrt_d_model",
+        "same_token_same_vector",
+    ),
+    wrong("embeddings", EmbeddingsFrozen, "gradients_reach_every_parameter"),
+    wrong(
+        "label_smoothing",
+        smoothing_over_all_classes,
+        "matches_reference",
+        "minimum_at_smoothed_target",
+        "finite_with_large_logits",
+    ),
+    wrong(
+        "label_smoothing",
+        SmoothingPadScored,
+        "matches_reference",
+        "pad_targets_contribute_nothing",
+        "finite_with_large_logits",
+    ),
+    wrong(
+        "label_smoothing",
+        SmoothingMean,
+        "no_smoothing_is_cross_entropy",
+        "matches_reference",
+        "pad_targets_contribute_nothing",
+        "sums_over_tokens",
+        "finite_with_large_logits",
+    ),
+    wrong("label_smoothing", SmoothingLogOfSoftmax, "finite_with_large_logits"),
+    wrong(
+        "label_smoothing",
+        SmoothingWithoutGradients,
+        "minimum_at_smoothed_target",
+        "gradients_reach_logits",
+    ),
+    wrong(
+        "learning_rate",
+        lr_counted_from_zero,
+        "matches_closed_form",
+        "peak_at_warmup",
+        "linear_warmup",
+        "inverse_sqrt_decay",
+        "step_zero_is_refused",
+    ),
+    wrong(
+        "learning_rate",
+        lr_max_not_min,
+        "matches_closed_form",
+        "peak_at_warmup",
+        "linear_warmup",
+        "inverse_sqrt_decay",
+    ),
+    wrong("learning_rate", lr_step_zero_clamped, "step_zero_is_refused"),
+    wrong(
+        "learning_rate",
+        lr_warmup_exponent,
+        "matches_closed_form",
+        "peak_at_warmup",
+        "linear_warmup",
+    ),
+    # a different token early changes what follows, so the reference and the EOS step differ too
+    wrong(
+        "greedy_decode",
+        partial(greedy, start=0),
+        "starts_with_bos",
+        "matches_reference",
+        "stops_after_eos",
+        name="decoding_from_pad",
+    ),
+    wrong(
+        "greedy_decode",
+        partial(greedy, position=0),
+        "matches_reference",
+        "each_token_is_argmax_of_prefix",
+        "stops_after_eos",
+        name="logits_of_first_position",
+    ),
+    wrong(
+        "greedy_decode",
+        partial(greedy, feed_back=False),
+        "matches_reference",
+        "each_token_is_argmax_of_prefix",
+        "stops_after_eos",
+        name="choices_not_fed_back",
+    ),
+    wrong(  # too many columns: every property that decodes without EOS refuses the output
+        "greedy_decode",
+        partial(greedy, extra_steps=1),
+        "starts_with_bos",
+        "matches_reference",
+        "each_token_is_argmax_of_prefix",
+        "stops_at_max_len",
+        "stops_after_eos",
+        "pad_is_never_a_token",
+        "batch_independence",
+        name="one_step_too_many",
+    ),
+    wrong(
+        "greedy_decode",
+        partial(greedy, mask_pad=False),
+        "matches_reference",
+        "each_token_is_argmax_of_prefix",
+        "stops_after_eos",
+        "pad_is_never_a_token",
+        name="pad_not_excluded",
+    ),
+    wrong(
+        "greedy_decode",
+        partial(greedy, pad_after_eos=False),
+        "matches_reference",
+        "stops_after_eos",
+        name="writes_after_eos",
+    ),
+    wrong(
+        "greedy_decode",
+        partial(greedy, stop_when_done=False),
+        "stops_after_eos",
+        name="runs_on_after_every_eos",
+    ),
+    wrong(  # the properties that decode one sentence alone
+        "greedy_decode",
+        partial(greedy, squeeze=True),
+        "stops_after_eos",
+        "batch_independence",
+        name="batch_of_one_squeezed",
+    ),
+]
+
+
+@pytest.mark.parametrize("w", WRONG_TRAINING_PIECES, ids=lambda w: f"{w.piece}-{w.name}")
+def test_wrong_training_pieces_are_caught(w):
+    assert_caught(w)
+
+
+# ---- Every property is caught --------------------------------------------------------------------
+
+GALLERY = [
+    *WRONG_ATTENTION,
+    *WRONG_MASKS,
+    *WRONG_MULTI_HEAD,
+    *WRONG_PIECES,
+    *WRONG_LAYERS,
+    *WRONG_TRAINING_PIECES,
+]
+
+
+def test_every_property_of_every_grader_is_failed_by_some_wrong_implementation():
+    uncaught = {
+        f"check.{piece}: {name}"
+        for piece in CHECKS
+        for name in property_names(piece)
+        if not any(w.piece == piece and name in w.caught_by for w in GALLERY)
+    }
+    assert not uncaught, "no wrong implementation in the gallery fails " + ", ".join(
+        sorted(uncaught)
+    )
+
+
+def test_the_gallery_names_only_real_properties():
+    """A misspelt name in caught_by would be 'covered' by an entry that can never fail it."""
+    for w in GALLERY:
+        assert w.caught_by and w.caught_by <= set(property_names(w.piece)), w
+    assert len({(w.piece, w.name) for w in GALLERY}) == len(GALLERY)
