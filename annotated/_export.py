@@ -28,7 +28,7 @@ def _docstring(sources: list[str]) -> str:
 
 
 class FreshModules(Processor):
-    """Start each module that `#| export NAME` cells fill, the first time an export run reaches it."""
+    """Start each module that `#| export NAME` (or `exporti NAME`) cells fill, the first time an export run reaches it."""
 
     def begin(self) -> None:
         path = str(Path(self.nb.path_).resolve())
@@ -39,7 +39,8 @@ class FreshModules(Processor):
                         if "default_exp" in c.directives_), None)  # fmt: skip
         targets: dict[str, list[str]] = {}
         for cell in self.nb.cells:
-            target = (cell.directives_.get("export") or "").strip() if cell.cell_type == "code" else ""
+            found = cell.directives_ if cell.cell_type == "code" else {}
+            target = (found.get("export") or found.get("exporti") or "").strip()
             if target and target != default:
                 targets.setdefault(target, []).append(cell.source)
         lib = get_config().lib_path
