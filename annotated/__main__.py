@@ -2,6 +2,12 @@
 
 import sys
 
-from annotated.app.cli import main
+try:
+    from annotated.app.cli import main  # imports torch: a second or more, when Ctrl-C may come
 
-sys.exit(main())
+    code = main()
+except KeyboardInterrupt:  # one that main() could not catch yet: no traceback, the shell's code
+    if "--debug" in sys.argv[1:]:
+        raise
+    code = 130
+sys.exit(code)

@@ -640,7 +640,7 @@ def test_bad_checkpoint_files(tmp_path):
         load_checkpoint(tmp_path / "tensor.pt")
     torch.save({"format": "annotated.training/1", "x": _Payload()}, tmp_path / "code.pt")
     assert zipfile.is_zipfile(tmp_path / "code.pt")
-    with pytest.raises(ValueError, match=r"code.pt could not be read as a checkpoint"):
+    with pytest.raises(ValueError, match=r"code.pt is not a checkpoint: its pickle asks for"):
         load_checkpoint(tmp_path / "code.pt")
     assert not getattr(_mark_called, "called", False)  # nothing was executed
     with pytest.raises(FileNotFoundError, match="missing.pt"):

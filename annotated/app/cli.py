@@ -7,6 +7,8 @@ __all__ = ['build_parser', 'resume_config', 'cmd_train', 'cmd_evaluate', 'cmd_tr
 
 # %% ../../notebooks/16_command_line.ipynb #c002
 import argparse
+import contextlib
+import itertools
 import os
 import sys
 import uuid
@@ -25,10 +27,11 @@ from ..data.multi30k import MULTI30K_SIZES, load_multi30k
 from ..data.tokenizer import decode
 from ..decoding.evaluation import bleu_report, translate_ids
 from ..training.checkpoint import Checkpoint, load_checkpoint
+from ..training.folder_lock import run_lock
+from ..training.interrupts import Signals
 from ..training.processes import device_of, start_runtime, stop_runtime
 from annotated.training.runs import (
     MANIFEST,
-    Signals,
     Stop,
     remove_stale_temporaries,
     writable_file,
@@ -84,13 +87,18 @@ def resume_config(args: argparse.Namespace) -> tuple[RunConfig, Checkpoint]:
     saved = ckpt.extra.get("args")
     if not isinstance(saved, dict) or "run" not in ckpt.extra:
         raise ValueError(f"--resume {folder}: {path} was not saved by 'train' (no run options in it)")
+    # the model fields left at None (the task's or the paper's value): what its model was built with
+    own = {**saved, **{k: v for k, v in vars(ckpt.model.cfg).items() if saved.get(k, 0) is None}}
+    if "d_k" in own and own["d_k"] is None:
+        own["d_k"] = own["d_model"] // own["n_heads"]
     for name, value in vars(args).items():
         flag = f"--{name.replace('_', '-')}"
-        given = any(a == flag or a.startswith(flag + "=") for a in args.argv)
-        if given and name in saved and value != saved[name] and name not in ("steps", "minutes"):
+        given = any(a.split("=")[0] in (flag, f"--no-{flag[2:]}") for a in args.argv)
+        if given and name in own and value != own[name] and name not in ("steps", "minutes"):
+            was = f"its {own[name]!r}" if own[name] is not None else f"the run's: it had no {flag}"
             raise ValueError(
                 f"--resume continues run {ckpt.extra['run']} with its own options, but {flag} "
-                f"{value} differs from its {saved[name]!r}"
+                f"{value} differs from {was}"
             )
     budget = {k: getattr(args, k) for k in ("steps", "minutes") if getattr(args, k) is not None}
     return run_config({**saved, **budget, "out": str(folder)}), ckpt
@@ -111,19 +119,31 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     device = device_of(cfg.device)
     TASKS[cfg.task](cfg, None).check(device)  # the whole run, its model too, before --out is touched
+    with Signals() as signals:  # until the last line: a late second Ctrl-C cuts nothing short
+        try:
+            _train_in_folder(cfg, run, args.argv, signals, resumed)
+        except Stop as stop:  # a signal or a diverging run: the message says what was kept
+            print(stop, file=sys.stderr)
+            return stop.code
+    return 0
+
+
+def _train_in_folder(cfg: RunConfig, run: str, argv: list[str], signals, resumed) -> None:
+    """Train in cfg.out, held by this run alone; a run that writes nothing there leaves no folder."""
     created, out, rt = False, Path(cfg.out), None
+    main_process = int(os.environ.get("RANK", "0")) == 0  # the one that writes the run folder
     try:
         created = writable_folder(out, "--out")
         for option in ("results", "export_half"):
             if getattr(cfg, option):
                 writable_file(getattr(cfg, option), f"--{option.replace('_', '-')}")
-        if remove_stale_temporaries(out):
-            print(f"removed the temporary files that a killed save left in {out}")
-        if resumed is None and int(os.environ.get("RANK", "0")) == 0:
-            (out / MANIFEST).unlink(missing_ok=True)  # from now on the folder is this run's, unfinished
-        rt = start_runtime(cfg.device)
-        with Signals() as signals:
-            train(cfg, rt, run, args.argv, signals, resumed)
+        with run_lock(out) if main_process else contextlib.nullcontext():
+            if main_process and remove_stale_temporaries(out):
+                print(f"removed the temporary files that a killed save left in {out}")
+            if main_process and resumed is None:
+                (out / MANIFEST).unlink(missing_ok=True)  # the folder is this run's now, unfinished
+            rt = start_runtime(cfg.device)
+            train(cfg, rt, run, argv, signals, resumed)
     except BaseException:
         if created and out.is_dir() and not any(out.iterdir()):
             out.rmdir()  # a run that failed before writing anything leaves no empty folder
@@ -161,17 +181,18 @@ def cmd_translate(args: argparse.Namespace) -> int:
     model, tok = load_for_inference(args.checkpoint, args.tokenizer, device)
     check_beam(args.beam, model, device)
     longest = model.cfg.max_len - 51  # greedy and beam search write up to 50 tokens more than read
-    sources, problems = source_lines(args, tok, longest)
-    todo = [i for i, ids in enumerate(sources) if ids]  # an empty sentence has an empty translation
-    ids = translate_ids(model, [sources[i] for i in todo], args.beam, args.alpha, device) if todo else []
-    out = [""] * len(sources)
-    for i, translation in zip(todo, ids, strict=True):
-        out[i] = decode(tok, translation)
-    for line in out:
-        print(line)  # one line per input line, so that the output lines up with the input
-    for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
-    return 1 if problems else 0
+    lines, size, bad = source_lines(args, tok, longest), 1, 0
+    while block := list(itertools.islice(lines, size)):  # blocks of 1, 2, 4 ... 64: the first soon
+        todo = [ids for ids, _ in block if ids]  # an empty sentence has an empty translation
+        done = iter(translate_ids(model, todo, args.beam, args.alpha, device) if todo else [])
+        # one line per input line, so that the output lines up with the input; each block as soon
+        # as it is done, so that a pipe reads it at once and an interrupt keeps it
+        print("\n".join(decode(tok, next(done)) if ids else "" for ids, _ in block), flush=True)
+        problems = [problem for _, problem in block if problem]
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        bad, size = bad + len(problems), min(2 * size, 64)
+    return 1 if bad else 0
 
 # %% ../../notebooks/16_command_line.ipynb #c010
 def one_line(err: BaseException) -> str:

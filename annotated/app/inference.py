@@ -6,13 +6,16 @@
 __all__ = ['load_for_inference', 'check_beam', 'source_lines']
 
 # %% ../../notebooks/26_inference.ipynb #c002
+import codecs
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
 from ..training.checkpoint import load_checkpoint
 from ..data.tokenizer import encode, load_tokenizer
+from ..files import sha256_of
 from ..model.transformer import Transformer
 from ..training.runs import check_run_file
 from .tasks import check_memory
@@ -47,6 +50,12 @@ def load_for_inference(checkpoint: str, tokenizer: str | None, device: torch.dev
             f"{tok_path} has {size} tokens but the model in {path} has vocabularies of "
             f"{cfg.src_vocab} and {cfg.tgt_vocab}: they come from different runs (pass --tokenizer)"
         )
+    recorded = ckpt.extra.get("tokenizer_sha256")  # None: saved before 'train' recorded it
+    if recorded is not None and sha256_of(tok_path) != recorded:  # same size, other subwords
+        raise ValueError(
+            f"{tok_path} is not the tokenizer that the model in {path} was trained with: its "
+            "SHA-256 differs from the one the checkpoint records (pass that run's tokenizer.json)"
+        )
     return ckpt.model.float().to(device).eval(), tok
 
 
@@ -61,26 +70,26 @@ def check_beam(beam: int, model: Transformer, device: torch.device, sentences: i
     check_memory(need, device, f"--beam {beam} ({sentences} sentences at a time)", "--beam")
 
 # %% ../../notebooks/26_inference.ipynb #c006
-def source_lines(args, tok, max_tokens: int) -> tuple[list, list[str]]:
-    """Token ids of each sentence (None for a bad one) and a one-line report for each bad one."""
+def source_lines(args, tok, max_tokens: int) -> Iterator[tuple[list[int] | None, str | None]]:
+    """Each sentence as it is read: its token ids (None for a bad one) and a report if bad."""
     if args.text:
-        raw = [t.encode("utf-8", "surrogateescape") for t in args.text]
-    else:
-        raw = sys.stdin.buffer.read().split(b"\n")
-        raw = raw[:-1] if raw and raw[-1] == b"" else raw  # the final newline ends the last line
-    sources, problems = [], []
+        raw = (t.encode("utf-8", "surrogateescape") for t in args.text)
+    else:  # one line at a time, as it arrives; the final newline ends the last line
+        raw = (line.removesuffix(b"\n") for line in sys.stdin.buffer)
     for n, line in enumerate(raw, 1):
+        if n == 1:
+            line = line.removeprefix(codecs.BOM_UTF8)  # a byte-order mark is not text
+        if 0 in line:
+            yield None, f"line {n}: a NUL byte at byte {line.index(0)}, so not text; skipped"
+            continue
         try:
             text = line.decode("utf-8").strip()
         except UnicodeDecodeError as err:
-            problems.append(f"line {n}: not UTF-8 text ({err.reason} at byte {err.start}); skipped")
-            sources.append(None)
+            yield None, f"line {n}: not UTF-8 text ({err.reason} at byte {err.start}); skipped"
             continue
         ids = encode(tok, text) if text else []
         if len(ids) > max_tokens:
-            problems.append(
-                f"line {n}: {len(ids)} tokens, more than the {max_tokens} this model can translate; skipped"
-            )
-            ids = None
-        sources.append(ids)
-    return sources, problems
+            too_long = f"{len(ids)} tokens, more than the {max_tokens} this model can translate"
+            yield None, f"line {n}: {too_long}; skipped"
+            continue
+        yield ids, None

@@ -9,6 +9,7 @@ __all__ = ['OnnxTranslator', 'export_translator', 'cmd_export_onnx', 'add_comman
 # Legend: B batch (the beams of one sentence), S source len, T target tokens so far, D d_model,
 # H heads, Dk = D/H, N layers, V vocab.
 import argparse
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -18,7 +19,7 @@ import torch
 
 from .inference import load_for_inference
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from ..files import sha256_of
+from ..files import atomic_path, sha256_of, write_error
 from annotated.app.onnx_graphs import (
     ENCODER_IO,
     EXTRA_TARGET_TOKENS,
@@ -79,13 +80,6 @@ def export_translator(
     with torch.no_grad():
         cross_k, cross_v = EncoderExport(exportable)(src)  # (N, 1, H, 6, Dk)
     files = {"encoder": "encoder.onnx", "decoder_step": "decoder_step.onnx"}
-    export_graph(EncoderExport(exportable), (src,), out / files["encoder"], ENCODER_IO)
-    past = cross_k[:, :, :, :2]  # (N, 1, H, 2, Dk) an example cache
-    step_args = (src[:, :1], cross_k, cross_v, past, past)
-    export_graph(DecoderStepExport(exportable), step_args, out / files["decoder_step"], STEP_IO)
-    for name in files.values():
-        store_exact_float16(out / name)
-    shutil.copyfile(tok_path, out / "tokenizer.json")
     cfg = model.cfg
     config = {
         "files": files,
@@ -99,7 +93,27 @@ def export_translator(
         "checkpoint_sha256": sha256_of(Path(checkpoint)),
         "tokenizer_sha256": sha256_of(tok_path),
     }
-    (out / "translator.json").write_text(json.dumps(config, indent=2) + "\n")
+    # every file goes to a temporary name beside it, and all four are renamed only when all are whole:
+    # a full disk or a kill leaves the previous export as it was (the stack renames in reverse order
+    # of entry, so translator.json, entered first, is renamed last)
+    with contextlib.ExitStack() as stack:
+        names = [*files.values(), "tokenizer.json", "translator.json"]
+        tmp = {name: stack.enter_context(atomic_path(out / name)) for name in reversed(names)}
+        encoder, step = tmp[files["encoder"]], tmp[files["decoder_step"]]
+        try:
+            export_graph(EncoderExport(exportable), (src,), encoder, ENCODER_IO)
+            past = cross_k[:, :, :, :2]  # (N, 1, H, 2, Dk) an example cache
+            step_args = (src[:, :1], cross_k, cross_v, past, past)
+            export_graph(DecoderStepExport(exportable), step_args, step, STEP_IO)
+            for path in (encoder, step):
+                store_exact_float16(path)
+            shutil.copyfile(tok_path, tmp["tokenizer.json"])
+            tmp["translator.json"].write_text(json.dumps(config, indent=2) + "\n")
+        except (OSError, RuntimeError) as err:  # a full disk: name the folder, any file may have met it
+            failure = write_error(out, err)
+            if failure is None:
+                raise
+            raise failure from err
     return config
 
 # %% ../../notebooks/19_browser.ipynb #c031

@@ -15,6 +15,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from ..training.checkpoint import Checkpoint
+from ..training.interrupts import Signals
 from ..training.processes import Runtime, replica_max_diff
 from annotated.training.runs import (
     RunFolder,
@@ -40,15 +41,21 @@ def train(cfg: RunConfig, rt: Runtime, run: str, argv: list[str], signals=None,
     threads = torch.get_num_threads()
     if task.threads is not None:
         torch.set_num_threads(task.threads)
+    folder = RunFolder(cfg.out, run, dataclasses.asdict(cfg), cfg.task, rt.main)
+    folder.saved_step = resumed.step if resumed else None
+    signals = signals if signals is not None else Signals()  # not installed: no signal comes
     try:
-        return _train(task, cfg, rt, run, argv, signals, resumed)
+        return _train(task, cfg, rt, run, argv, signals, resumed, folder)
+    except KeyboardInterrupt:  # a signal too many: stopped at once, the message says what is kept
+        if signals.received is None:  # not one of the signals that Signals caught
+            raise
+        raise folder.interrupted(signals, None) from None
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(task: Task, cfg, rt, run, argv, signals, resumed) -> dict:
+def _train(task: Task, cfg, rt, run, argv, signals, resumed, folder) -> dict:
     torch.manual_seed(cfg.seed)
-    folder = RunFolder(cfg.out, run, dataclasses.asdict(cfg), cfg.task, rt.main)
     task.prepare(folder, resumed)
     model = task.model().to(rt.device)
     loss_fn = LabelSmoothingLoss(model.cfg.tgt_vocab, task.pad_id, smoothing=cfg.label_smoothing)
@@ -67,7 +74,6 @@ def _train(task: Task, cfg, rt, run, argv, signals, resumed) -> dict:
                       world_size=rt.world_size)
     curve, evals = [tuple(c) for c in progress["curve"]], [tuple(e) for e in progress["evals"]]
     snapshots = Snapshots(cfg.average, folder.load_snapshots(resumed))
-    folder.saved_step = resumed.step if resumed else None
     started = time.time() - progress["wall"]
     deadline = started + 60 * cfg.minutes if cfg.minutes else None
 
@@ -90,20 +96,22 @@ def _train(task: Task, cfg, rt, run, argv, signals, resumed) -> dict:
             save(step)
 
     stop = lambda: should_stop(rt, trainer.step, cfg.steps, deadline, signals)  # noqa: E731
-    trainer.fit(task.batches(trainer.step, progress), progress=False, callback=after, stop=stop)
-    step = trainer.step
-    folder.finish(signals, step, cfg.minutes, lambda: save(step))
-    wall, diff = time.time() - started, replica_max_diff(rt, model)
-    if not rt.main:
-        return {}
-    if not snapshots.steps or snapshots.steps[-1] != step:  # the final weights are the last snapshot
-        snapshots.add(step, model)
-    save(step)
+    with signals.hold():  # a double Ctrl-C lets the update, evaluation and save under way end
+        trainer.fit(task.batches(trainer.step, progress), progress=False, callback=after, stop=stop)
+        step = trainer.step
+        folder.finish(signals, step, cfg.minutes, lambda: save(step))
+        wall, diff = time.time() - started, replica_max_diff(rt, model)
+        if not rt.main:
+            return {}
+        if not snapshots.steps or snapshots.steps[-1] != step:  # the final weights: a snapshot
+            snapshots.add(step, model)
+        save(step)
     trained = {"steps": step, "wall": wall, "replica_diff": diff, "evals": evals}
     report = task.report(model, snapshots, trained, folder)
     results = {**run_record(task.title, run, argv, rt, model), **report,
                "train_curve": curve[:: max(1, len(curve) // 200)]}
-    write_results(Path(cfg.results) if cfg.results else folder.out / "results.json", results)
-    folder.drop_snapshots()
-    write_manifest(folder.out, run, step)
+    with signals.hold():
+        write_results(Path(cfg.results) if cfg.results else folder.out / "results.json", results)
+        folder.drop_snapshots()
+        write_manifest(folder.out, run, step)
     return results

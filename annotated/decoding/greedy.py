@@ -59,6 +59,10 @@ def _check_inputs(
         raise ValueError("src must hold at least one sentence, got B=0")
     if src.is_floating_point():
         raise TypeError(f"src must hold integer token ids, got dtype {src.dtype}")
+    if src.size(1) == 0:  # nothing to attend to: the encoder's output would be empty
+        raise ValueError(
+            f"src must hold at least one token per sentence, got an empty source {tuple(src.shape)}"
+        )
     if src_mask is not None:
         if (
             not isinstance(src_mask, Tensor)

@@ -31,8 +31,7 @@ class LayerNorm(nn.Module):
             )
         centered = x - x.mean(-1, keepdim=True)  # (..., D) x - mu
         var = (centered * centered).mean(-1, keepdim=True)  # (..., 1) biased: divide by D
-        # times 1/sqrt rather than divided by sqrt, and x * x rather than x ** 2: the same values,
-        # with cheaper backward passes (the project's training benchmark measures the step)
+        # times rsqrt(v) equals divided by sqrt(v), and x * x equals x ** 2, up to rounding
         return centered * torch.rsqrt(var + self.eps) * self.weight + self.bias  # (..., D)
 
     def extra_repr(self) -> str:

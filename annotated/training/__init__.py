@@ -32,7 +32,6 @@ from annotated.training.runs import (
     strict,
     write_results,
     Stop,
-    Signals,
     writable_folder,
     writable_file,
     remove_stale_temporaries,
@@ -41,6 +40,8 @@ from annotated.training.runs import (
     RunFolder,
     resume_into,
 )
+from annotated.training.interrupts import Signals
+from annotated.training.folder_lock import LOCK, run_lock
 
 __all__ = [
     "Batch",
@@ -79,4 +80,6 @@ __all__ = [
     "check_run_file",
     "RunFolder",
     "resume_into",
+    "LOCK",
+    "run_lock",
 ]

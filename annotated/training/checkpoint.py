@@ -8,6 +8,7 @@ __all__ = ['CHECKPOINT_FORMAT', 'save_checkpoint', 'Checkpoint', 'load_checkpoin
 # %% ../../notebooks/12b_checkpoints.ipynb #c035a
 import dataclasses
 import os
+import re
 import zipfile
 from pathlib import Path
 
@@ -82,7 +83,11 @@ class Checkpoint:
                 torch.cuda.set_rng_state_all([s.cpu() for s in self.rng_state["cuda"]])
 
 # %% ../../notebooks/12b_checkpoints.ipynb #c038
-def _read_checkpoint(path: str | os.PathLike, map_location: str | torch.device | None) -> dict:
+_MAX_PICKLE = 2**28  # bytes of the pickled part (config, step, extras, loss curve): never near this
+
+
+def _member_sizes(path) -> dict[str, int]:
+    """Each member's unpacked size as the zip's directory declares it; nothing is unpacked yet."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"no checkpoint file at {path}")
     if not zipfile.is_zipfile(path):  # a zip's directory is at its end: a cut-off file fails too
@@ -90,32 +95,54 @@ def _read_checkpoint(path: str | os.PathLike, map_location: str | torch.device |
             f"{path} is not a checkpoint: expected the zip archive that torch.save writes, "
             "got a file that is truncated or of another kind"
         )
-    try:  # every member's CRC-32: damage inside the tensor data would otherwise load as garbage
+    try:
         with zipfile.ZipFile(path) as archive:
-            damaged = archive.testzip()
-    except Exception as err:  # a damaged member header
-        damaged = f"a member ({type(err).__name__}: {err})"
-    if damaged is not None:
+            sizes = {info.filename: info.file_size for info in archive.infolist()}
+    except Exception as err:  # a damaged directory
+        raise ValueError(f"{path} is damaged: {type(err).__name__}: {err}") from err
+    pickled = sum(n for name, n in sizes.items() if name.endswith(".pkl"))
+    if pickled > _MAX_PICKLE:
         raise ValueError(
-            f"{path} is damaged: {damaged} does not match the checksum (CRC-32) stored in the "
-            "archive; the file was altered after it was written (a disk or copy error)"
+            f"{path}: its pickle unpacks to {pickled / 2**20:,.0f} MiB, more than any "
+            f"checkpoint's config and extras ({_MAX_PICKLE / 2**20:,.0f} MiB); refused unread"
         )
-    try:  # weights_only: tensors and plain containers only, never arbitrary objects
-        state = torch.load(path, map_location=map_location, weights_only=True)
+    return sizes
+
+
+def _check_crc(path, names: list[str]) -> None:
+    """Refuse members whose bytes do not match their CRC-32: damage would otherwise load as garbage."""
+    with zipfile.ZipFile(path) as archive:
+        for name in names:
+            try:
+                with archive.open(name) as member:
+                    while member.read(2**20):  # zipfile compares the CRC-32 at the member's end
+                        pass
+            except Exception as err:  # a wrong CRC-32, or a damaged member header
+                raise ValueError(
+                    f"{path} is damaged: {name} does not match the checksum (CRC-32) stored in the "
+                    "archive; the file was altered after it was written (a disk or copy error)"
+                ) from err
+
+
+def _load(path, map_location) -> object:
+    """torch.load with weights_only: tensors and plain containers only, never arbitrary objects."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # a damaged archive, or objects that weights_only refuses to build
-        reason = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
+        text = str(err)
+        if "Weights only load failed" in text:  # PyTorch's many lines name the object it refused
+            found = re.search(r"GLOBAL ([\w.]+)", text)
+            asks = found.group(1) if found else "objects other than tensors and plain values"
+            raise ValueError(
+                f"{path} is not a checkpoint: its pickle asks for {asks}, which no checkpoint "
+                "holds; refused without running it"
+            ) from err
+        reason = f"{type(err).__name__}: {(text.splitlines() or [''])[0]}"
         raise ValueError(f"{path} could not be read as a checkpoint; {reason}") from err
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        got = sorted(map(str, state))[:8] if isinstance(state, dict) else type(state).__name__
-        raise ValueError(
-            f"{path} is not an annotated checkpoint: expected a dict with format "
-            f"{CHECKPOINT_FORMAT!r} and keys {list(_CHECKPOINT_KEYS)}, got {got}"
-        )
-    return state
 
-
-def _checked_config(path, state: dict) -> TransformerConfig:
-    """The saved config, checked against the saved tensors before any real memory is spent on it."""
+# %% ../../notebooks/12b_checkpoints.ipynb #e8506d17
+def _checked_config(path, state: dict, unpacked: int) -> TransformerConfig:
+    """The saved config, checked against the tensors' shapes and the bytes the archive unpacks to."""
     weights = state["model"]
     if not isinstance(weights, dict) or not all(isinstance(t, Tensor) for t in weights.values()):
         raise ValueError(f"{path}: its 'model' entry is not a dict of tensors")
@@ -150,13 +177,39 @@ def _checked_config(path, state: dict) -> TransformerConfig:
             f"{path}: its config (max_len={cfg.max_len}) asks for {needed / 2**20:,.0f} MiB, "
             f"but its weights hold {saved / 2**20:,.1f} MiB; the config is damaged"
         )
+    most = 3 * needed + 2**26  # the weights, Adam's two moments of each, RNG states, small extras
+    if unpacked > most:
+        raise ValueError(
+            f"{path}: its tensors unpack to {unpacked / 2**20:,.0f} MiB, more than the "
+            f"{most / 2**20:,.0f} MiB that its config's weights and optimizer state can fill; "
+            "refused unread (a damaged or crafted file)"
+        )
+    return cfg
+
+# %% ../../notebooks/12b_checkpoints.ipynb #d873f3ea
+def _read_checkpoint(path: str | os.PathLike, map_location) -> tuple[dict, TransformerConfig]:
+    """The state and its config, checked: the archive, the structure on `meta`, then the data."""
+    sizes = _member_sizes(path)
+    pickled = [name for name in sizes if name.endswith(".pkl")]
+    _check_crc(path, pickled)  # read next, to be unpickled
+    state = _load(path, "meta")  # the structure and every shape, and not one byte of tensor data
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        got = sorted(map(str, state))[:8] if isinstance(state, dict) else type(state).__name__
+        raise ValueError(
+            f"{path} is not an annotated checkpoint: expected a dict with format "
+            f"{CHECKPOINT_FORMAT!r} and keys {list(_CHECKPOINT_KEYS)}, got {got}"
+        )
+    cfg = _checked_config(path, state, sum(n for k, n in sizes.items() if k not in pickled))
+    _check_crc(path, [name for name in sizes if name not in pickled])  # now known to be of a sane size
+    state = _load(path, map_location)
+    weights = state["model"]
     bad = [k for k, t in weights.items() if t.is_floating_point() and not t.isfinite().all()]
     if bad:
         raise ValueError(
             f"{path} holds NaN or infinite weights in {len(bad)} tensors (first: {bad[0]}); "
             "the run that wrote it diverged or the file is damaged"
         )
-    return cfg
+    return state, cfg
 
 # %% ../../notebooks/12b_checkpoints.ipynb #c039
 def load_checkpoint(
@@ -168,8 +221,7 @@ def load_checkpoint(
     restore_rng: bool = True,
 ) -> Checkpoint:
     """Rebuild the model from the saved config (or fill `model`) and restore what is given."""
-    state = _read_checkpoint(path, map_location)
-    cfg = _checked_config(path, state)
+    state, cfg = _read_checkpoint(path, map_location)
     if model is None:
         if optimizer is not None or scheduler is not None:
             raise ValueError(

@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['MANIFEST', 'RUN_FILES', 'should_stop', 'git_commit', 'hardware', 'run_record', 'strict', 'write_results', 'Stop',
-           'Signals', 'writable_folder', 'writable_file', 'remove_stale_temporaries', 'write_manifest',
-           'check_run_file', 'RunFolder', 'resume_into']
+           'writable_folder', 'writable_file', 'remove_stale_temporaries', 'write_manifest', 'check_run_file',
+           'RunFolder', 'resume_into']
 
 # %% ../../notebooks/24_runs.ipynb #c002
 import dataclasses
@@ -17,7 +17,6 @@ import shlex
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from ..files import atomic_write, sha256_of
 from .checkpoint import Checkpoint, save_checkpoint
 from ..model.transformer import Transformer
 from .processes import Runtime
+from .interrupts import Signals
 
 # %% ../../notebooks/24_runs.ipynb #c008
 def should_stop(
@@ -108,29 +108,6 @@ class Stop(Exception):
         self.code = code
 
 
-class Signals:
-    """Turn SIGINT and SIGTERM into a flag that the loop reads after each update; a second one stops at once."""
-
-    def __init__(self):
-        self.received: int | None = None
-        self.before: dict = {}
-
-    def handle(self, signum, frame) -> None:
-        if self.received is not None:
-            raise KeyboardInterrupt
-        self.received = signum
-
-    def __enter__(self) -> "Signals":
-        if threading.current_thread() is threading.main_thread():  # only there can handlers be set
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self.before[sig] = signal.signal(sig, self.handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self.before.items():
-            signal.signal(sig, handler)
-
-
 def writable_folder(path, option: str) -> bool:
     """Create the folder if needed and prove that a file can be written in it; True if it was created."""
     path = Path(path)
@@ -200,6 +177,7 @@ class RunFolder:
         self.options = options  # what the run was started with: `--resume` starts it again so
         self.saved_step: int | None = None  # the update that checkpoint.pt holds
         self.on_disk: set[int] = set()  # snapshot steps already written
+        self.hashes: dict[str, str] = {}  # e.g. tokenizer_sha256: what the model must be used with
 
     def extra(self, progress: dict, snapshots: list[tuple[int, dict]]) -> dict:
         return {
@@ -208,6 +186,7 @@ class RunFolder:
             "args": self.options,
             "progress": progress,
             "snapshots": [s for s, _ in snapshots],
+            **self.hashes,
         }
 
     def load_snapshots(self, ckpt: Checkpoint | None) -> list[tuple[int, dict]]:
@@ -248,16 +227,26 @@ class RunFolder:
         if not self.main:
             return
         self.check_finite(model, step)  # never replace a good checkpoint with NaN weights
-        for s, weights in snapshots:
-            if s not in self.on_disk:
-                state = {"run": self.run, "step": s, "weights": weights}
-                atomic_write(self.out / f"snapshot-{s}.pt", lambda f, st=state: torch.save(st, f))
-                self.on_disk.add(s)
-        extra = self.extra(progress, snapshots)
-        save_checkpoint(self.out / "checkpoint.pt", model, optimizer, scheduler, step=step, **extra)
-        self.saved_step = step
-        self.drop_snapshots(keep={s for s, _ in snapshots})
-        write_manifest(self.out, self.run, step)
+        try:
+            for s, weights in snapshots:
+                if s not in self.on_disk:
+                    state = {"run": self.run, "step": s, "weights": weights}
+                    path = self.out / f"snapshot-{s}.pt"
+                    atomic_write(path, lambda f, st=state: torch.save(st, f))
+                    self.on_disk.add(s)
+            extra = self.extra(progress, snapshots)
+            save_checkpoint(self.out / "checkpoint.pt", model, optimizer, scheduler, step=step, **extra)
+            self.saved_step = step
+            self.drop_snapshots(keep={s for s, _ in snapshots})
+            write_manifest(self.out, self.run, step)
+        except OSError as err:  # a full disk (WriteError says so): the message says what is kept
+            kept = (
+                f"{self.out / 'checkpoint.pt'} keeps update {self.saved_step}; continue with: "
+                f"python -m annotated train --resume {self.out}"
+                if self.saved_step is not None
+                else "no checkpoint had been saved yet"
+            )
+            raise OSError(f"{' '.join(str(err).split())}; {kept}") from err
 
     def drop_snapshots(self, keep: set[int] = frozenset()) -> None:
         for s in sorted(self.on_disk - set(keep)):
@@ -277,15 +266,18 @@ class RunFolder:
                 "trained or saved; raise --minutes"
             )
 
-    def interrupted(self, signals: Signals, step: int) -> Stop:
-        name = signal.Signals(signals.received).name
-        where = (
-            f"saved {self.out / 'checkpoint.pt'} (update {step}); continue with: "
-            f"python -m annotated train --resume {self.out}"
-            if self.saved_step == step
-            else "nothing to save yet"
-        )
-        return Stop(f"interrupted by {name} at update {step}: {where}", 128 + signals.received)
+    def interrupted(self, signals: Signals, step: int | None) -> Stop:
+        """The last line of a stopped run: the update that checkpoint.pt keeps, and how to go on."""
+        name, path = signal.Signals(signals.received).name, self.out / "checkpoint.pt"
+        go_on = f"continue with: python -m annotated train --resume {self.out}"
+        if self.saved_step is None:
+            where = "nothing was saved yet"
+        elif self.saved_step == step:
+            where = f"saved {path} (update {step}); {go_on}"
+        else:  # stopped at once by a signal too many (step None): the updates since are lost
+            where = f"{path} keeps update {self.saved_step}; {go_on}"
+        at = "" if step is None else f" at update {step}"
+        return Stop(f"interrupted by {name}{at}: {where}", 128 + signals.received)
 
 # %% ../../notebooks/24_runs.ipynb #c014
 def resume_into(resumed: Checkpoint | None, model: nn.Module, optimizer, scheduler, out) -> None:

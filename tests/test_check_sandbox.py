@@ -1,0 +1,177 @@
+"""`python -m annotated check` runs the learner's code apart (annotated.check.sandbox, appendix 17a).
+
+A hang, an exit or a crash of that code is a failed check with one line of reason and exit status 1,
+never the grader's end or a pass; the code works in a scratch folder, within `--timeout` seconds and,
+on Linux, a memory cap. Cases that would hang or end the test process itself under an in-process
+grader run `python -m annotated` in a subprocess; the others call `main` directly.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch.nn.functional as F
+
+from annotated import check
+from annotated.app import main
+
+ROOT = Path(__file__).resolve().parents[1]
+ATTENTION = """
+import torch.nn.functional as F
+
+def my_attention(query, key, value, mask=None):
+    {body}
+    return F.scaled_dot_product_attention(query, key, value, mask)
+"""
+
+
+def solution(folder: Path, name: str, body: str = "pass", top: str = "") -> str:
+    """Write a correct attention whose function first runs `body` (and its module `top`)."""
+    text = textwrap.dedent(top) + ATTENTION.format(body=body)
+    (folder / name).write_text(text)
+    return f"{name}:my_attention"
+
+
+def in_child(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "annotated", "check", "attention", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,  # an in-process grader would hang here
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+    )
+
+
+def says_in_one_line(out: str, err: str, reason: str) -> None:
+    lines = out.strip().splitlines()
+    assert len(lines) == 1 and lines[0] == f"check.attention: no report: {reason}", out + err
+    assert "Traceback" not in out + err
+
+
+@pytest.mark.slow  # two Python processes start torch: the grader and its child
+@pytest.mark.parametrize(
+    "top, body, reason",
+    [
+        ("while True:\n    pass\n", "pass", "timed out after 2 s while importing loop.py"),
+        ("", "while True: pass", "timed out after 2 s while grading loop.py:my_attention"),
+        ("import os\nos._exit(0)\n", "pass", "exited with status 0 while importing loop.py"),
+        ("import os", "os._exit(0)", "exited with status 0 while grading loop.py:my_attention"),
+    ],
+    ids=["loop-at-import", "loop-when-called", "os-exit-at-import", "os-exit-when-called"],
+)
+def test_a_hang_or_a_hard_exit_is_a_failed_check(tmp_path, top, body, reason):
+    start = time.monotonic()
+    graded = in_child(tmp_path, solution(tmp_path, "loop.py", body, top), "--timeout", "2")
+    assert graded.returncode == 1
+    says_in_one_line(graded.stdout, graded.stderr, reason)
+    assert time.monotonic() - start < 60  # stopped at the limit, not at some later one
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.name != "posix", reason="a signal's name: POSIX")
+def test_a_crash_is_a_failed_check(tmp_path):
+    target = solution(tmp_path, "crash.py", "ctypes.string_at(0)", top="import ctypes")
+    graded = in_child(tmp_path, target)
+    assert graded.returncode == 1
+    says_in_one_line(
+        graded.stdout, graded.stderr, "crashed (SIGSEGV) while grading crash.py:my_attention"
+    )
+
+
+@pytest.mark.parametrize(
+    "top, body, reason",
+    [
+        ("import sys\nsys.exit(0)\n", "pass", "exited with status 0 while importing quits.py"),
+        ("import sys", "sys.exit(0)", "exited with status 0 while grading quits.py:my_attention"),
+        ("", "raise KeyboardInterrupt('no')", "quits.py:my_attention raised KeyboardInterrupt: no"),
+    ],
+    ids=["sys-exit-at-import", "sys-exit-when-called", "keyboard-interrupt"],
+)
+def test_an_exit_is_a_failed_check(tmp_path, monkeypatch, capsys, top, body, reason):
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "attention", solution(tmp_path, "quits.py", body, top)]) == 1
+    says_in_one_line(*capsys.readouterr(), reason)
+
+
+def test_the_code_works_in_a_scratch_folder_that_is_removed(tmp_path, monkeypatch, capsys):
+    (tmp_path / "precious.txt").write_text("keep me")
+    record = tmp_path / "cwd.txt"
+    body = f"Path('precious.txt').unlink(missing_ok=True); Path({str(record)!r}).write_text(os.getcwd())"
+    target = solution(tmp_path, "cleaner.py", body, top="import os\nfrom pathlib import Path")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "attention", target]) == 0
+    assert "check.attention: 11 of 11 properties hold" in capsys.readouterr().out
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
+    scratch = Path(record.read_text())
+    assert scratch != tmp_path and not scratch.exists()
+
+
+def test_the_report_and_the_codes_output_look_as_in_one_process(tmp_path, monkeypatch, capsys):
+    target = solution(tmp_path, "good.py", "print('called')", top="print('imported')")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "attention", target]) == 0
+    out = capsys.readouterr().out
+    in_process = str(check.attention(F.scaled_dot_product_attention))
+    assert out == "imported\n" + "called\n" * out.count("called\n") + in_process + "\n"
+    assert out.count("called\n") > 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS: Linux")
+def test_the_memory_is_capped_on_linux(tmp_path, monkeypatch, capsys):
+    body = "mmap.mmap(-1, 8 * 2**30)  # address space only: without a cap, no memory is used"
+    target = solution(tmp_path, "hog.py", body, top="import mmap")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "attention", target]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  matches_reference" in out and "Cannot allocate memory" in out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_child_ends_when_the_grader_is_killed(tmp_path):
+    pid_file = tmp_path / "pid.txt"
+    body = f"Path({str(pid_file)!r}).write_text(str(os.getpid()))\n    while True: pass"
+    target = solution(tmp_path, "spin.py", body, top="import os\nfrom pathlib import Path")
+    grader = subprocess.Popen(
+        [sys.executable, "-m", "annotated", "check", "attention", target, "--timeout", "600"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 100
+        while not pid_file.is_file() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pid = int(pid_file.read_text())
+        assert pid != grader.pid  # the code runs in a child of the grader
+    finally:
+        grader.kill()
+        grader.wait()
+    deadline = time.monotonic() + 20
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pid), "the learner's loop outlived the grader"
+
+
+def alive(pid: int) -> bool:
+    """A running process (a zombie that no one reaps has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("given", ["0", "-1", "abc", "nan", "inf"])
+def test_the_time_limit_must_be_a_positive_number(given, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", "attention", "any.py:f", "--timeout", given])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"argument --timeout: expected a number of seconds above 0, got {given!r}" in err

@@ -1,0 +1,302 @@
+"""Issue 29, items 8 to 15: two runs on one folder, an impatient Ctrl-C, Ctrl-C while starting up,
+translations that stream, input with a byte-order mark or NUL bytes, sizes refused up front, an empty
+source, and `--resume` compared with the run's own values."""
+
+import io
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import annotated.app.cli as cli
+import annotated.training.runs as runs
+from annotated.app import main
+from annotated.data import save_tokenizer, train_tokenizer
+from annotated.model import make_model
+from annotated.training import Trainer, load_checkpoint, save_checkpoint, write_manifest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = "--n-layers 1 --d-model 16 --d-ff 32 --n-heads 2".split()
+COPY = ["train", "--task", "copy", *TINY]
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+
+def fails(capsys, args, code=2) -> str:
+    """Run main(args); check the exit code and that stderr is exactly one line; return that line."""
+    assert main([str(a) for a in args]) == code
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err.strip()
+
+
+def listing(folder: Path) -> list[str]:
+    """Every file and folder under `folder`, hidden ones (a lock, temporary files) included."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
+
+
+def start(*args, stdin=None) -> subprocess.Popen:
+    """`python -m annotated ARGS` in a fresh process on one thread, its output read line by line."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    env["PYTHONIOENCODING"] = "utf-8"  # German text through the pipes, whatever the locale
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "annotated", *map(str, args)]
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        encoding="utf-8",
+    )  # fmt: skip
+
+
+def first_line(proc: subprocess.Popen, startswith: str = "", timeout: float = 120.0) -> str:
+    """The first line of proc's standard output that starts with `startswith`, or fail after timeout."""
+    deadline = time.monotonic() + timeout
+    while select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+        line = proc.stdout.readline()
+        if not line or line.startswith(startswith):
+            return line
+    proc.kill()
+    pytest.fail(f"no line starting with {startswith!r} within {timeout} s")
+
+
+@pytest.fixture
+def python_sigint():
+    """Python's own Ctrl-C handler while the test runs (pytest-xdist's workers ignore SIGINT)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+# ---- 8. One run per folder ----------------------------------------------------------------------
+
+
+def test_a_second_run_on_the_same_out_is_refused_naming_the_first(capsys, tmp_path):
+    out = tmp_path / "run"
+    first = start(*COPY, "--steps", "100000", "--log-every", "1", "--out", out)
+    try:
+        assert first_line(first, "step ")  # training: it holds the folder
+        err = fails(capsys, [*COPY, "--steps", "1", "--out", out])
+        assert err.startswith(f"error: --out {out} is in use by another run (process {first.pid} ")
+        assert "choose another --out" in err
+        assert first.poll() is None  # the first run goes on
+    finally:
+        first.kill()  # kill -9: its lock file stays behind, but no process holds it any more
+        first.communicate(timeout=60)
+    assert main([*COPY, "--steps", "2", "--out", str(out)]) == 0  # so a new run may take the folder
+    assert ".lock" not in listing(out)
+
+
+# ---- 9. translate streams its output ------------------------------------------------------------
+
+SENTENCES = [
+    ("Ein Hund läuft.", "A dog runs."),
+    ("Eine Frau liest ein Buch.", "A woman reads a book."),
+    ("Zwei Kinder spielen im Park.", "Two children play in the park."),
+] * 5
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """What 'train' leaves for a Multi30k run, with an untrained tiny model."""
+    folder = tmp_path_factory.mktemp("run")
+    tok = train_tokenizer(SENTENCES, vocab_size=80)
+    V = tok.get_vocab_size()
+    torch.manual_seed(0)
+    model = make_model(
+        V, V, shared_vocab=True, n_layers=1, d_model=16, d_ff=32, n_heads=2, max_len=80
+    )
+    save_checkpoint(folder / "checkpoint.pt", model, step=1, task="multi30k", run="r1")
+    save_tokenizer(tok, folder / "tokenizer.json")
+    write_manifest(folder, "r1", 1)
+    return folder
+
+
+def translate(capsys, monkeypatch, run_dir, stdin: bytes):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    code = main(["translate", "--checkpoint", str(run_dir / "checkpoint.pt"), "--beam", "1"])
+    out = capsys.readouterr()
+    return code, out.out.split("\n")[:-1], out.err
+
+
+def test_translate_prints_each_line_before_the_input_ends(capsys, monkeypatch, run_dir):
+    _, expected, _ = translate(capsys, monkeypatch, run_dir, "Ein Hund läuft.\n".encode())
+    proc = start("translate", "--checkpoint", run_dir / "checkpoint.pt", "--beam", "1",
+                 stdin=subprocess.PIPE)  # fmt: skip
+    try:
+        proc.stdin.write("Ein Hund läuft.\n")
+        proc.stdin.flush()  # and the input stays open, as a pipe from a slow writer would
+        assert first_line(proc) == expected[0] + "\n"
+        proc.send_signal(signal.SIGINT)  # Ctrl-C while it waits for more: what was printed stays
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and out == "" and err == "interrupted\n"
+
+
+# ---- 10. Ctrl-C, Ctrl-C: the save that the first one started is kept ----------------------------
+
+
+@pytest.mark.parametrize("when", ["both in the update", "the second in the save"])
+def test_a_second_sigint_does_not_lose_the_save(capsys, tmp_path, monkeypatch, python_sigint, when):
+    update, save = Trainer.update, runs.save_checkpoint
+
+    def interrupted_in_update_7(self, group):
+        loss = update(self, group)
+        if self.step == 7:
+            signal.raise_signal(signal.SIGINT)
+            if when == "both in the update":
+                signal.raise_signal(signal.SIGINT)  # a double press, 5 ms apart
+        return loss
+
+    def interrupted_in_save(path, model, *args, step, **kwargs):
+        if step == 7 and when == "the second in the save":
+            signal.raise_signal(signal.SIGINT)
+        return save(path, model, *args, step=step, **kwargs)
+
+    monkeypatch.setattr(Trainer, "update", interrupted_in_update_7)
+    monkeypatch.setattr(runs, "save_checkpoint", interrupted_in_save)
+    out = tmp_path / "run"
+    err = fails(capsys, [*COPY, "--steps", "20", "--eval-every", "5", "--out", out], code=130)
+    assert err == (
+        f"interrupted by SIGINT at update 7: saved {out / 'checkpoint.pt'} (update 7); "
+        f"continue with: python -m annotated train --resume {out}"
+    )
+    assert load_checkpoint(out / "checkpoint.pt", restore_rng=False).step == 7
+
+
+def test_a_third_sigint_stops_at_once_and_says_what_is_kept(
+    capsys, tmp_path, monkeypatch, python_sigint
+):
+    update = Trainer.update
+
+    def three_in_update_7(self, group):
+        loss = update(self, group)
+        for _ in range(3 if self.step == 7 else 0):
+            signal.raise_signal(signal.SIGINT)
+        return loss
+
+    monkeypatch.setattr(Trainer, "update", three_in_update_7)
+    out = tmp_path / "run"
+    err = fails(capsys, [*COPY, "--steps", "20", "--eval-every", "5", "--out", out], code=130)
+    assert err == (
+        f"interrupted by SIGINT: {out / 'checkpoint.pt'} keeps update 5; "
+        f"continue with: python -m annotated train --resume {out}"
+    )
+    assert load_checkpoint(out / "checkpoint.pt", restore_rng=False).step == 5
+
+
+def test_two_sigints_5_ms_apart_to_a_real_run(tmp_path):
+    out = tmp_path / "run"
+    proc = start(*COPY, "--steps", "100000", "--log-every", "1", "--out", out)
+    try:
+        first_line(proc, "step 12 ")
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.005)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err.count("\n") == 1, err
+    step = load_checkpoint(out / "checkpoint.pt", restore_rng=False).step
+    assert step >= 12 and err.startswith(f"interrupted by SIGINT at update {step}: saved")
+    assert err.rstrip().endswith(f"continue with: python -m annotated train --resume {out}")
+
+
+# ---- 11. Ctrl-C while torch is being imported ---------------------------------------------------
+
+INTERRUPTED_IMPORT = """
+import runpy, signal, sys
+
+class CtrlC:  # Ctrl-C at the moment `import torch` starts: as a user would, a second after Enter
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            sys.meta_path.remove(self)
+            signal.raise_signal(signal.SIGINT)
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["annotated", "--help"]
+runpy.run_module("annotated", run_name="__main__", alter_sys=True)  # python -m annotated --help
+"""
+
+
+def test_sigint_while_importing_torch_exits_130_quietly():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_IMPORT], cwd=ROOT, env=env, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "")
+
+
+# ---- 12. A byte-order mark is dropped; a NUL byte is refused -------------------------------------
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_line(capsys, monkeypatch, run_dir):
+    seen = []
+    real = cli.translate_ids
+    monkeypatch.setattr(
+        cli, "translate_ids", lambda m, src, *a: (seen.extend(src), real(m, src, *a))[1]
+    )
+    line = b"Eine Frau liest ein Buch.\n"
+    code, out, err = translate(capsys, monkeypatch, run_dir, b"\xef\xbb\xbf" + line + line)
+    assert (code, err) == (0, "") and len(out) == 2
+    assert seen[0] == seen[1] and out[0] == out[1]  # what the model read, and what it wrote
+
+
+def test_a_nul_byte_is_refused_with_its_line_number(capsys, monkeypatch, run_dir):
+    code, out, err = translate(
+        capsys, monkeypatch, run_dir, b"Ein Hund.\nEin\x00 Hund.\nEin Hund.\n"
+    )
+    assert code == 1 and len(out) == 3 and out[1] == "" and out[0] == out[2]
+    assert err == "error: line 2: a NUL byte at byte 3, so not text; skipped\n"
+
+
+# ---- 13. A --max-len that cannot fit is refused before any work ----------------------------------
+
+
+@pytest.mark.parametrize("task", [["--task", "copy"], ["--task", "multi30k"]])
+def test_a_max_len_that_cannot_fit_is_refused_up_front(capsys, tmp_path, task):
+    args = ["train", *task, "--steps", "1", "--max-len", str(10**9), "--out", tmp_path / "o"]
+    err = fails(capsys, args)
+    assert err.startswith(f"error: --max-len {10**9} ") and err.endswith("lower --max-len")
+    assert "GiB" in err and listing(tmp_path) == []
+
+
+# ---- 14. An empty source --------------------------------------------------------------------------
+
+
+def test_decoding_an_empty_source_names_it():
+    from annotated.decoding import beam_search, greedy_decode
+
+    model = make_model(7, 9, n_layers=1, d_model=8, d_ff=8, n_heads=2, max_len=20).eval()
+    empty, ids = torch.zeros(1, 0, dtype=torch.long), {"bos_id": 1, "eos_id": 2, "pad_id": 0}
+    message = r"src must hold at least one token per sentence, got an empty source \(1, 0\)"
+    with pytest.raises(ValueError, match=message):
+        greedy_decode(model, empty, None, 5, **ids)
+    with pytest.raises(ValueError, match=message):
+        greedy_decode(model, empty, torch.ones(1, 1, 1, 0, dtype=torch.bool), None, **ids)
+    with pytest.raises(ValueError, match=message):
+        beam_search(model, empty, None, 2, max_len=5, **ids)
+
+
+# ---- 15. --resume compares with the run's own values -----------------------------------------------
+
+
+def test_resume_accepts_the_runs_own_values_and_names_them_when_they_differ(capsys, tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", "--task", "copy", "--steps", "2", "--out", str(out)]) == 0
+    model = load_checkpoint(out / "checkpoint.pt", restore_rng=False).model.cfg
+    capsys.readouterr()
+    own = ["--d-model", str(model.d_model), "--n-heads", str(model.n_heads)]
+    assert main(["train", "--resume", str(out), *own, "--steps", "3"]) == 0  # its own values
+    assert load_checkpoint(out / "checkpoint.pt", restore_rng=False).step == 3
+    err = fails(capsys, ["train", "--resume", out, "--d-model", 2 * model.d_model])
+    assert err.endswith(f"--d-model {2 * model.d_model} differs from its {model.d_model}")
+    err = fails(capsys, ["train", "--resume", out, "--no-tie-output"])  # a flag that turns one off
+    assert err.endswith("--tie-output False differs from its True")

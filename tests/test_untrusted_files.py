@@ -1,0 +1,266 @@
+"""Untrusted checkpoints and tokenizers, and writes that meet a full disk (issue 29, items 3 to 7):
+a crafted file is refused in one line before it costs memory or runs code, a tokenizer of another run
+is refused, and a failed write names the file and leaves the previous one whole."""
+
+import errno
+import os
+import shutil
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import annotated.app.tasks as tasks
+from annotated.app import main
+from annotated.data import Pair, save_tokenizer, train_tokenizer
+from annotated.files import atomic_write, sha256_of
+from annotated.model import make_model
+from annotated.training import load_checkpoint, save_checkpoint, write_manifest
+
+TINY = "--n-layers 1 --d-model 16 --d-ff 32 --n-heads 2".split()
+SENTENCES = [
+    ("Ein Hund läuft.", "A dog runs."),
+    ("Eine Frau liest ein Buch.", "A woman reads a book."),
+    ("Zwei Kinder spielen im Park.", "Two children play in the park."),
+    ("Ein Mann fährt Fahrrad.", "A man rides a bike."),
+] * 5
+OTHER_SENTENCES = [  # another run's data: a tokenizer of the same size with other subwords
+    ("Drei Katzen schlafen auf dem Sofa.", "Three cats sleep on the sofa."),
+    ("Ein Junge wirft einen roten Ball.", "A boy throws a red ball."),
+    ("Die Sonne scheint über dem Meer.", "The sun shines over the sea."),
+    ("Eine alte Frau kauft Brot.", "An old woman buys bread."),
+] * 5
+VOCAB = 60
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+
+def fails(capsys, args, code=2) -> str:
+    """Run main(args); check the exit code and that stderr is one line; return that line."""
+    assert main([str(a) for a in args]) == code
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err.strip()
+
+
+def temporaries(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(SENTENCES, vocab_size=VOCAB)
+
+
+@pytest.fixture(scope="module")
+def other_tok(tok):
+    other = train_tokenizer(OTHER_SENTENCES, vocab_size=VOCAB)
+    assert other.get_vocab_size() == tok.get_vocab_size()  # only the subwords differ
+    return other
+
+
+def make_run(folder: Path, tok, record_tokenizer: bool = False) -> Path:
+    """A Multi30k-like run folder with an untrained tiny model, which records its tokenizer's SHA-256
+    as 'train' now does (record_tokenizer) or not, as older versions did."""
+    folder.mkdir(parents=True, exist_ok=True)
+    save_tokenizer(tok, folder / "tokenizer.json")
+    extra = {"tokenizer_sha256": sha256_of(folder / "tokenizer.json")} if record_tokenizer else {}
+    V = tok.get_vocab_size()
+    torch.manual_seed(0)
+    model = make_model(
+        V, V, shared_vocab=True, n_layers=1, d_model=16, d_ff=32, n_heads=2, max_len=80
+    )
+    save_checkpoint(folder / "checkpoint.pt", model, step=1, task="multi30k", run="r1", **extra)
+    write_manifest(folder, "r1", 1)
+    return folder / "checkpoint.pt"
+
+
+def translate(capsys, checkpoint, *args):
+    code = main(["translate", "--checkpoint", str(checkpoint), "--beam", "1", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+# ---- 3. A member that unpacks to more than the config can fill ----------------------------------
+
+
+def deflated_with_blob(path: Path, blob_bytes: int) -> None:
+    """Add a zero tensor of `blob_bytes` to the checkpoint's extras, stored as a DEFLATE member:
+    the file grows by a thousandth of that, the unpacked archive by all of it."""
+    state = torch.load(path, weights_only=True)
+    state["extra"]["blob"] = torch.empty(blob_bytes, dtype=torch.uint8)  # never touched: no memory
+    plain = path.with_suffix(".plain")
+    with torch.serialization.skip_data():  # the members' sizes, without writing their bytes
+        torch.save(state, plain)
+    with zipfile.ZipFile(plain) as src, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            with dst.open(info.filename, "w", force_zip64=True) as out:
+                if "/data/" in info.filename:  # skipped data: write the zeros it stands for
+                    for start in range(0, info.file_size, 1 << 22):
+                        out.write(bytes(min(1 << 22, info.file_size - start)))
+                else:
+                    out.write(src.read(info))
+    plain.unlink()
+
+
+def test_a_member_that_unpacks_past_what_the_config_fills_is_refused_unread(
+    capsys, monkeypatch, tmp_path, tok
+):
+    ckpt = make_run(tmp_path / "run", tok)
+    deflated_with_blob(ckpt, 2**27)  # 128 MiB of zeros in a file of a few hundred KB
+    assert ckpt.stat().st_size < 2**20
+    write_manifest(tmp_path / "run", "r1", 1)
+    loads = []
+    real_load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append(k) or real_load(*a, **k))
+    code, out, err = translate(capsys, ckpt, "Ein Hund.")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert str(ckpt) in err and "unpack to 128 MiB" in err and "refused unread" in err
+    assert all(k.get("map_location") == "meta" for k in loads)  # no tensor data was read
+
+
+# ---- 4. A tokenizer of another run ---------------------------------------------------------------
+
+
+def test_a_tokenizer_of_another_run_is_refused(capsys, tmp_path, tok, other_tok):
+    ckpt = make_run(tmp_path / "run", tok, record_tokenizer=True)
+    save_tokenizer(other_tok, tmp_path / "other.json")
+    code, out, err = translate(capsys, ckpt, "--tokenizer", tmp_path / "other.json", "Ein Hund.")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert f"{tmp_path / 'other.json'} is not the tokenizer that the model in {ckpt}" in err
+    code, out, err = translate(capsys, ckpt, "Ein Hund.")  # its own tokenizer: translated
+    assert code == 0 and out.count("\n") == 1 and err == ""
+
+
+def test_a_checkpoint_without_a_recorded_tokenizer_still_loads(capsys, tmp_path, tok, other_tok):
+    ckpt = make_run(tmp_path / "run", tok)  # as older versions saved (results/ holds one)
+    save_tokenizer(other_tok, tmp_path / "other.json")
+    code, out, err = translate(capsys, ckpt, "--tokenizer", tmp_path / "other.json", "Ein Hund.")
+    assert code == 0 and out.count("\n") == 1 and err == ""
+
+
+@pytest.fixture
+def small_multi30k(monkeypatch):
+    """Multi30k replaced by 20 sentence pairs: 'train --task multi30k' in about a second."""
+    pairs = [Pair(*p) for p in SENTENCES]
+    monkeypatch.setattr(tasks, "load_multi30k", lambda split, data_dir=None: pairs)
+
+
+def test_train_records_its_tokenizer_and_resume_refuses_another(
+    capsys, tmp_path, small_multi30k, other_tok
+):
+    out, half = tmp_path / "run", tmp_path / "half.pt"
+    args = ["train", "--steps", "2", "--vocab-size", VOCAB, "--no-test", *TINY, "--out", out]
+    assert main([str(a) for a in [*args, "--export-half", half]]) == 0
+    recorded = sha256_of(out / "tokenizer.json")
+    for path in (out / "checkpoint.pt", half):
+        assert load_checkpoint(path, restore_rng=False).extra["tokenizer_sha256"] == recorded
+    capsys.readouterr()
+    save_tokenizer(other_tok, out / "tokenizer.json")  # another run's tokenizer, same size
+    err = fails(capsys, ["train", "--resume", out, "--steps", "3"])
+    assert f"{out / 'tokenizer.json'} is not the tokenizer this run trained with" in err
+
+
+# ---- 5. A pickle that asks for code ---------------------------------------------------------------
+
+
+class _MakesAFolder:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __reduce__(self):  # unpickling would call os.mkdir(path)
+        return (os.mkdir, (str(self.path),))
+
+
+def test_a_pickle_that_asks_for_code_is_refused_in_one_line(capsys, tmp_path, tok):
+    ckpt = make_run(tmp_path / "run", tok)
+    marker = tmp_path / "ran"
+    torch.save({"format": "annotated.training/1", "extra": _MakesAFolder(marker)}, ckpt)
+    write_manifest(tmp_path / "run", "r1", 1)
+    code, out, err = translate(capsys, ckpt, "Ein Hund.")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert f"{ckpt} is not a checkpoint: its pickle asks for" in err and "mkdir" in err
+    assert (
+        "weights_only" not in err and not marker.exists()
+    )  # nothing of PyTorch's advice, nothing run
+
+
+# ---- 6. An export that fails leaves the previous one ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "failure, code",
+    [(OSError(errno.ENOSPC, "No space left on device"), 2), (KeyboardInterrupt(), 130)],
+)
+def test_a_failed_export_leaves_the_previous_one(capsys, monkeypatch, tmp_path, tok, failure, code):
+    pytest.importorskip("onnx")
+    import annotated.app.onnx_export as onnx_export
+
+    ckpt, out = make_run(tmp_path / "run", tok), tmp_path / "page"
+    assert main(["export-onnx", "--checkpoint", str(ckpt), "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert sorted(before) == [
+        "decoder_step.onnx",
+        "encoder.onnx",
+        "tokenizer.json",
+        "translator.json",
+    ]
+    store = onnx_export.store_exact_float16
+
+    def half_written(path):  # the disk fills (or Ctrl-C comes) while the float16 copy is written
+        store(path)
+        Path(path).write_bytes(Path(path).read_bytes()[:1000])
+        raise failure
+
+    monkeypatch.setattr(onnx_export, "store_exact_float16", half_written)
+    capsys.readouterr()
+    assert main(["export-onnx", "--checkpoint", str(ckpt), "--out", str(out)]) == code
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    if code == 2:
+        assert "could not write" in err and "the disk is full" in err and str(out) in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing new, nothing cut
+
+
+# ---- 7. A full disk while training ---------------------------------------------------------------
+
+TORCH_FULL = "[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0"
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [OSError(errno.ENOSPC, "No space left on device"), RuntimeError(TORCH_FULL)],
+    ids=["ENOSPC", "torch-zip-writer"],
+)
+def test_a_full_disk_names_the_file_and_what_was_kept(capsys, monkeypatch, tmp_path, failure):
+    real_save, saves = torch.save, []
+
+    def disk_fills(obj, f, *args, **kwargs):  # the second checkpoint meets a full disk
+        if isinstance(obj, dict) and "format" in obj:
+            saves.append(obj["step"])
+            if len(saves) == 2:
+                f.write(bytes(64))
+                raise failure
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", disk_fills)
+    # torch's writer loses the errno: the free space tells (what a full disk reports)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: SimpleNamespace(total=2**30, free=0))
+    out = tmp_path / "run"
+    args = ["train", "--task", "copy", *TINY, "--steps", "4", "--save-every", "2", "--out", out]
+    err = fails(capsys, args)
+    path = out / "checkpoint.pt"
+    assert err.startswith(f"error: could not write {path}: the disk is full"), err
+    assert f"{path} keeps update 2" in err and f"--resume {out}" in err
+    assert load_checkpoint(path, restore_rng=False).step == 2 and temporaries(out) == []
+
+
+def test_other_failed_writes_keep_their_own_error(tmp_path):
+    def refuses(f):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    with pytest.raises(PermissionError):  # not a full disk: the error as it came
+        atomic_write(tmp_path / "a.json", refuses)
+    assert list(tmp_path.iterdir()) == []
