@@ -23,7 +23,9 @@ def code_cells(path: Path) -> list[str]:
     """The code cells' sources as plain Python (IPython's `%` magics left out)."""
     cells = json.loads(path.read_text())["cells"]
     sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
-    return ["".join(ln for ln in s.splitlines(keepends=True) if not ln.startswith("%")) for s in sources]
+    return [
+        "".join(ln for ln in s.splitlines(keepends=True) if not ln.startswith("%")) for s in sources
+    ]
 
 
 def exercises() -> list[tuple[str, int, list[str]]]:
@@ -87,7 +89,10 @@ def test_the_solution_stands_in_for_an_unwritten_or_missing_starter(capsys):
     for before in (STARTER_CELL, ""):
         namespace = define(SOLUTION_CELL, define(before, {"check": check}))
         assert namespace["my_double"](3) == 6
-        assert capsys.readouterr().out == "my_double: yours is not written yet, so this solution stands in for it\n"
+        assert (
+            capsys.readouterr().out
+            == "my_double: yours is not written yet, so this solution stands in for it\n"
+        )
 
 
 def test_the_readers_own_version_is_kept_and_graded(capsys):
