@@ -17,6 +17,9 @@ The book must render equations and altair charts with no request leaving the sit
   book/translator, from its committed lock file), and under `model/` the ONNX export of the
   Multi30k model (`python -m annotated export-onnx`), re-run only when the checkpoint, the tokenizer
   or the export code changed.
+* The landing page's attention map (`translator/example_attention.svg`): where the trained model
+  looked while translating the example sentence of book/intro.md, redrawn when the checkpoint, the
+  tokenizer or the sentence changed.
 * `--vendor-mathjax TARBALL`: rebuild `book/_extra/mathjax/` from `npm pack mathjax@3.2.2`,
   keeping only what `es5/tex-chtml.js` loads (itself, its woff-v2 fonts, the TeX extensions its
   autoload can fetch) and the LICENSE. Only needed when upgrading MathJax; the result is committed.
@@ -44,6 +47,8 @@ CONFIG_NOEXEC = BOOK / "_config_noexec.yml"
 MATHJAX = BOOK / "_extra" / "mathjax"
 TRANSLATOR_SRC = BOOK / "translator"  # package.json, lock file, the page's script and style
 TRANSLATOR = BOOK / "_extra" / "translator"  # generated: served as translator/
+LANDING = BOOK / "intro.md"
+LANDING_MAP = TRANSLATOR / "example_attention.svg"  # generated: the landing page's attention map
 CHECKPOINT = BOOK.parent / "results" / "multi30k" / "model_fp16.pt"
 TOKENIZER = CHECKPOINT.with_name("tokenizer.json")
 EXPORT_CODE = tuple(
@@ -187,6 +192,92 @@ def write_translator() -> None:
     print(f"wrote {TRANSLATOR.relative_to(BOOK.parent)} ({size / 1e6:.1f} MB)")
 
 
+def landing_sentence() -> str:
+    """The German sentence of the landing page's example (book/intro.md, container landing-example)."""
+    found = re.search(r"```\{container\} landing-example\n\*([^*\n]+)\*", LANDING.read_text())
+    if not found:
+        sys.exit(
+            f"{LANDING.relative_to(BOOK.parent)} has no example for its attention map: a "
+            "```{container} landing-example block starting with the German sentence in *italics*"
+        )
+    return found.group(1).strip()
+
+
+def subword_label(token: str) -> str:
+    """A subword as a reader writes it (as translator.js labels its map): "▁Hund" -> "Hund", "e" -> "-e"."""
+    if token.startswith("▁"):
+        return token[1:] or "␣"
+    return f"-{token}" if token[:1].isalnum() else token
+
+
+def write_landing_map() -> None:
+    """Draw where the decoder looked for the landing page's example: translator/example_attention.svg.
+
+    The trained model translates the sentence greedily (as the page says it does), then reads the
+    translation back with need_weights: the last layer's context attention, mean over its heads.
+    """
+    sentence = landing_sentence()
+    stamp = LANDING_MAP.with_suffix(".sha256")
+    digest = hashlib.sha256(
+        CHECKPOINT.read_bytes() + TOKENIZER.read_bytes() + sentence.encode()
+    ).hexdigest()
+    if LANDING_MAP.is_file() and stamp.is_file() and stamp.read_text() == digest:
+        print(f"{LANDING_MAP.relative_to(BOOK.parent)} is up to date")
+        return
+    import html
+
+    import torch
+
+    from annotated.app import load_for_inference
+    from annotated.data import BOS_ID, EOS_ID, encode
+    from annotated.decoding import translate_ids
+    from annotated.model import causal_mask
+
+    cpu = torch.device("cpu")
+    model, tok = load_for_inference(str(CHECKPOINT), None, cpu)
+    source = encode(tok, sentence)
+    target = translate_ids(model, [source], 1, 0.0, cpu)[0] + [EOS_ID]
+    with torch.no_grad():
+        memory = model.encode(torch.tensor([source]))  # (1, S, D)
+        tgt_in = torch.tensor([[BOS_ID, *target[:-1]]])  # (1, T)
+        _, _, cross = model.decode(
+            memory, None, tgt_in, causal_mask(len(target)), need_weights=True
+        )
+    weights = cross[-1][0].mean(0)  # last layer, mean over heads: (T, S)
+    rows = [subword_label(tok.id_to_token(t)) if t != EOS_ID else "⟨end⟩" for t in target]
+    cols = [subword_label(tok.id_to_token(t)) for t in source]
+    cell, left, top = 22, 8 + 8 * max(map(len, rows)), 12 + 7 * max(map(len, cols))
+    width, height = left + cell * len(cols) + 4, top + cell * len(rows) + 4
+    font = 'font-family="DejaVu Sans Mono, Menlo, Consolas, monospace" font-size="12" fill="#222"'
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}">',
+        f'<rect width="{width}" height="{height}" fill="#fff"/>',
+    ]
+    for s, label in enumerate(cols):
+        x, y = left + s * cell + cell / 2, top - 6
+        parts.append(
+            f'<text x="{x}" y="{y}" transform="rotate(-60 {x} {y})" {font}>{html.escape(label)}</text>'
+        )
+    for t, label in enumerate(rows):
+        y = top + t * cell
+        parts.append(
+            f'<text x="{left - 6}" y="{y + cell * 0.7}" text-anchor="end" {font}>'
+            f"{html.escape(label)}</text>"
+        )
+        for s in range(len(cols)):
+            w = float(weights[t, s])
+            parts.append(
+                f'<rect x="{left + s * cell}" y="{y}" width="{cell - 1}" height="{cell - 1}" '
+                f'fill="rgb(31,119,180)" fill-opacity="{w:.3f}"/>'
+            )
+    parts.append("</svg>")
+    LANDING_MAP.parent.mkdir(parents=True, exist_ok=True)
+    LANDING_MAP.write_text("\n".join(parts) + "\n")
+    stamp.write_text(digest)
+    print(f"wrote {LANDING_MAP.relative_to(BOOK.parent)} ({len(rows)} x {len(cols)} subwords)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vendor-mathjax", type=Path, metavar="TARBALL", help="mathjax-3.x.tgz")
@@ -198,6 +289,7 @@ def main() -> None:
     write_vega_bundle(expected)
     write_config_noexec()
     write_translator()
+    write_landing_map()
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import os
 import re
 import threading
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -411,6 +412,27 @@ WIDE_EQUATIONS = """() => [...document.querySelectorAll('mjx-container[display="
   .map(c => `${c.scrollWidth - c.clientWidth} px too wide: `
             + (c.querySelector('mjx-assistive-mml') || c).textContent.slice(0, 60))"""
 
+# Code blocks that scroll sideways (a desktop shows every line of code within the column).
+WIDE_CODE = """() => [...document.querySelectorAll('main article pre')]
+  .filter(p => p.scrollWidth > p.clientWidth + 1)
+  .map(p => `${p.scrollWidth - p.clientWidth} px too wide: ` + p.textContent.trim().slice(0, 60))"""
+
+# How many characters of its own font one line of the first code block holds.
+CODE_LINE_CHARS = """() => {
+  const pre = document.querySelector('main article div.highlight pre');
+  if (!pre) return null;
+  const probe = document.createElement('span');
+  probe.textContent = 'x'.repeat(100);
+  probe.style.cssText = 'white-space: pre; display: inline-block';
+  pre.appendChild(probe);
+  const char = probe.getBoundingClientRect().width / 100;
+  probe.remove();
+  const s = getComputedStyle(pre);
+  return (pre.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight)) / char;
+}"""
+# The longest line a code cell should have: ruff's line-length.
+LINE_LENGTH = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]["line-length"]
+
 IMAGE_PROBLEMS = """() => [...document.querySelectorAll('main article img')]
   .map(img => ({src: img.getAttribute('src'), alt: (img.getAttribute('alt') || '').trim()}))
   .filter(i => !i.alt || /\\.(png|jpe?g|svg|gif)$/i.test(i.alt) || /^\\S*\\/\\S*$/.test(i.alt))
@@ -447,6 +469,12 @@ def test_desktop(desktop: PageLog, book_url: str, docname: str) -> None:
     assert not overflowing, f"{docname}: wider than the content column at 1366 px: {overflowing}"
     wide = page.evaluate(WIDE_EQUATIONS)
     assert not wide, f"{docname}: equations wider than the column at 1366 px: {wide}"
+    wide_code = page.evaluate(WIDE_CODE)
+    assert not wide_code, f"{docname}: code scrolls sideways at 1366 px: {wide_code[:3]}"
+    chars = page.evaluate(CODE_LINE_CHARS)
+    assert chars is None or chars >= LINE_LENGTH, (
+        f"{docname}: a line of code holds {chars:.0f} characters at 1366 px, not {LINE_LENGTH}"
+    )
     boxes = page.evaluate(VISIBLE_SEARCH_BOXES)
     assert len(boxes) == 1, f"{docname}: {len(boxes)} visible search boxes at 1366 px: {boxes}"
     bad_alt = page.evaluate(IMAGE_PROBLEMS)
@@ -558,3 +586,262 @@ def test_site_features(desktop: PageLog, book_url: str) -> None:
     tex = [s for s in snippets if re.search(r"\\[a-zA-Z]+|\\[()\[\]]|\$\$", s)]
     assert not tex, f"search snippets show TeX source: {tex[:2]}"
     desktop.assert_clean("search.html")
+
+
+SEARCH_RESULTS = """() => [...document.querySelectorAll('#search-results li')].map(li => ({
+  title: li.querySelector('a').textContent, snippet: (li.querySelector('.context') || {}).textContent || ''}))"""
+
+# The magnifier's right edge and where the query's text starts, in each visible search box.
+SEARCH_ICON_GAP = """() => [...document.querySelectorAll('form.bd-search')]
+  .filter(f => f.getBoundingClientRect().width > 0)
+  .map(f => { const icon = f.querySelector('.fa-magnifying-glass, svg'), input = f.querySelector('input');
+              const r = input.getBoundingClientRect(), s = getComputedStyle(input);
+              return (r.left + parseFloat(s.paddingLeft)) - icon.getBoundingClientRect().right; })"""
+
+
+def test_search_reads_well(desktop: PageLog, phone: PageLog, book_url: str) -> None:
+    """A page named after the query ranks first; snippets are body text; the icon clears the query."""
+    page = desktop.page
+    page.goto(f"{book_url}/search.html?q=positional", wait_until="load")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#search-results li p.context').length > 3", timeout=10_000
+    )
+    results = page.evaluate(SEARCH_RESULTS)
+    titled = [r["title"] for r in results if "positional" in r["title"].lower()]
+    assert titled and results[0]["title"] == titled[0], (
+        f"'positional': the page titled {titled[:1]} is not first: {[r['title'] for r in results[:3]]}"
+    )
+    chrome = [
+        r["snippet"][:80] for r in results if re.search(r"\.pdf\b|\.ipynb\b|Contents", r["snippet"])
+    ]
+    assert not chrome, f"search snippets show the page's buttons and contents list: {chrome[:2]}"
+    gaps = page.evaluate(SEARCH_ICON_GAP)
+    assert gaps and min(gaps) >= 0, f"the magnifier covers the query's first letter ({gaps} px)"
+    desktop.assert_clean("search.html")
+
+    phone.page.goto(f"{book_url}/search.html?q=positional", wait_until="load")
+    hints = phone.page.locator(".search-button__kbd-shortcut:visible").count()
+    assert hints == 0, f"a phone shows {hints} 'Ctrl+K' keyboard hint(s)"
+
+
+# --- the graders' reports, long names, the paper-to-code page, the phone menu -------------------
+
+REPORT_TABLE = re.compile(r"<table\b[^>]*>\s*<caption>check\.")
+
+
+def pages_with(marker: str) -> list[str]:
+    """The pages whose built HTML contains `marker`, in reading order."""
+    return [d for d in PAGES if marker in (HTML / f"{d}.html").read_text(encoding="utf-8")]
+
+
+def test_every_report_table_is_labelled() -> None:
+    """Every report of a `check.*` grader carries the classes its dark and phone styles need."""
+    bare = {}
+    for docname in PAGES:
+        text = (HTML / f"{docname}.html").read_text(encoding="utf-8")
+        tables = REPORT_TABLE.findall(text)
+        if unlabelled := [t for t in tables if 'class="check-report"' not in t]:
+            bare[docname] = len(unlabelled)
+    assert pages_with('class="check-report"'), "no page shows a grader's report"
+    assert not bare, f"report tables without class check-report, per page: {bare}"
+
+
+# WCAG 2 contrast of every piece of text in the report tables against what is painted behind it
+# (the element's and its ancestors' backgrounds, composited).
+REPORT_CONTRAST = """() => {
+  const rgba = c => { const v = (c.match(/[\\d.]+/g) || [0, 0, 0, 0]).map(Number);
+                      return [v[0], v[1], v[2], v.length > 3 ? v[3] : 1]; };
+  const over = ([r, g, b, a], under) => [r * a + under[0] * (1 - a), g * a + under[1] * (1 - a),
+                                         b * a + under[2] * (1 - a)];
+  const behind = el => {
+    const layers = [];
+    for (let n = el; n; n = n.parentElement) {
+      const c = rgba(getComputedStyle(n).backgroundColor);
+      if (c[3] > 0) { layers.push(c); if (c[3] >= 1) break; }
+    }
+    return layers.reverse().reduce((under, c) => over(c, under), [255, 255, 255]);
+  };
+  const lum = rgb => rgb.map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+                        .reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
+  const out = [];
+  for (const el of document.querySelectorAll('table.check-report *')) {
+    const own = [...el.childNodes].filter(n => n.nodeType === 3).map(n => n.textContent).join('').trim();
+    if (!own || el.getBoundingClientRect().width === 0) continue;
+    const bg = behind(el), fg = over(rgba(getComputedStyle(el).color), bg);
+    const [hi, lo] = [lum(fg), lum(bg)].sort((a, b) => b - a);
+    out.push({text: own.slice(0, 40), ratio: (hi + 0.05) / (lo + 0.05)});
+  }
+  return out;
+}"""
+
+# Lines of text a result cell ("✓ pass") takes, and the painted look of a pass and a FAIL row.
+REPORT_RESULTS = """() => {
+  const lines = el => { const range = document.createRange(); range.selectNodeContents(el);
+                        return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size; };
+  const look = row => { const cell = row.querySelector('td.check-result'), s = getComputedStyle(row);
+                        return [s.backgroundColor, s.boxShadow, getComputedStyle(cell).color].join(' | '); };
+  const rows = [...document.querySelectorAll('table.check-report tr')].filter(r => r.querySelector('td'));
+  const pass = rows.find(r => /pass/.test(r.textContent)), fail = rows.find(r => /FAIL/.test(r.textContent));
+  return {wrapped: rows.filter(r => lines(r.querySelector('td:nth-child(2)')) > 1).map(r => r.textContent.slice(0, 50)),
+          pass: pass && look(pass), fail: fail && look(fail)};
+}"""
+
+
+def set_theme(page, mode: str) -> None:
+    page.evaluate(f"document.documentElement.dataset.theme = '{mode}'")
+    page.wait_for_timeout(50)
+
+
+def test_report_tables_on_a_desktop(desktop: PageLog, book_url: str) -> None:
+    """Reports read at WCAG AA (4.5:1) in light and dark mode; "✓ pass" on one line; FAIL stands out."""
+    failing = pages_with('class="check-fail"')
+    assert failing, "no page shows a failing report (the grading chapters do)"
+    page = desktop.page
+    open_page(desktop, book_url, failing[0])
+    for mode in ("light", "dark"):
+        set_theme(page, mode)
+        texts = page.evaluate(REPORT_CONTRAST)
+        assert texts, f"{failing[0]}: no report text found"
+        low = [f"{t['text']!r} {t['ratio']:.1f}:1" for t in texts if t["ratio"] < 4.5]
+        assert not low, f"{failing[0]}, {mode} mode: report text below 4.5:1 contrast: {low[:6]}"
+        results = page.evaluate(REPORT_RESULTS)
+        assert not results["wrapped"], f"{failing[0]}: result cells wrap: {results['wrapped'][:3]}"
+        assert results["pass"] != results["fail"], (
+            f"{failing[0]}, {mode} mode: a FAIL row looks like a pass row: {results['fail']}"
+        )
+    set_theme(page, "light")
+
+
+# Every text cell of the report tables: its width and how much text it holds.
+REPORT_CELLS = """() => [...document.querySelectorAll('table.check-report td')]
+  .map(td => ({text: td.textContent.trim(), width: td.getBoundingClientRect().width}))
+  .filter(c => c.text.length >= 20)"""
+
+
+def test_report_tables_on_a_phone(phone: PageLog, book_url: str) -> None:
+    """At 390 px no report cell is a narrow column: each cell of text takes most of the width."""
+    docname = pages_with('class="check-fail"')[0]
+    open_page(phone, book_url, docname)
+    cells = phone.page.evaluate(REPORT_CELLS)
+    assert cells, f"{docname}: no report cells found"
+    narrowest = min(cells, key=lambda c: c["width"])
+    # Half the phone's width: about 25 characters a line (the old table gave "what was seen" ~6).
+    assert narrowest["width"] >= PHONE["width"] / 2, (
+        f"{docname}: a report cell is {narrowest['width']:.0f} px wide at 390 px: "
+        f"{narrowest['text'][:60]!r}"
+    )
+
+
+# Where inline code wraps: the character before each line break inside a <code> (not in <pre>).
+CODE_BREAKS = """() => {
+  const out = [];
+  for (const code of document.querySelectorAll('main article code')) {
+    if (code.closest('pre') || !code.getClientRects().length) continue;
+    const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT), chars = [];
+    for (let node; (node = walker.nextNode()); )
+      for (let i = 0; i < node.length; i++) chars.push([node, i]);
+    let last = null;
+    chars.forEach(([node, i], k) => {
+      const range = document.createRange(); range.setStart(node, i); range.setEnd(node, i + 1);
+      const r = range.getBoundingClientRect();
+      if (!r.width) return;
+      if (last && r.top > last.top + r.height / 2)
+        out.push({before: chars[k - 1][0].data[chars[k - 1][1]], code: code.textContent.slice(0, 60)});
+      last = r;
+    });
+  }
+  return out;
+}"""
+
+
+def bad_code_breaks(page) -> list[str]:
+    return [f"{b['code']!r} after {b['before']!r}" for b in page.evaluate(CODE_BREAKS)
+            if b["before"] not in "._: "]  # fmt: skip
+
+
+def test_paper_to_code_page_on_a_phone(desktop: PageLog, phone: PageLog, book_url: str) -> None:
+    """The paper-to-code page is one block per row on a phone, and names break only at . _ ::"""
+    docname = "concordance"
+    assert docname in PAGES, "the paper-to-code page left _toc.yml: name its new docname here"
+    heights = {}
+    for log in (desktop, phone):
+        open_page(log, book_url, docname)
+        heights[log] = log.page.evaluate("document.scrollingElement.scrollHeight")
+        bad = bad_code_breaks(log.page)
+        width = log.page.viewport_size["width"]
+        assert not bad, f"{docname} at {width} px: code names break inside a word: {bad[:5]}"
+    ratio = heights[phone] / heights[desktop]
+    # Stacked rows make a phone page a little taller than the desktop's; a squeezed three-column
+    # table made it more than three times as tall.
+    assert ratio <= 2.0, (
+        f"{docname}: {heights[phone]} px tall at 390 px, {ratio:.1f} times its "
+        f"{heights[desktop]} px at 1366 px"
+    )
+    stacked = phone.page.evaluate(
+        "() => [...document.querySelectorAll('main article table tbody tr')]"
+        ".every(tr => getComputedStyle(tr).display === 'block')"
+    )
+    assert stacked, f"{docname}: the tables keep their columns at 390 px"
+
+
+def test_landing_page_names_break_only_between_parts(phone: PageLog, book_url: str) -> None:
+    open_page(phone, book_url, LANDING)
+    bad = bad_code_breaks(phone.page)
+    assert not bad, f"{LANDING} at 390 px: code names break inside a word: {bad[:5]}"
+
+
+def test_phone_menu_opens_at_the_current_chapter(phone: PageLog, book_url: str) -> None:
+    """The drawer opens scrolled to the current chapter, even the last one of a long list."""
+    docname = PAGES[-1]
+    page = phone.page
+    open_page(phone, book_url, docname)
+    page.locator(".primary-toggle:visible").first.click()
+    try:
+        page.wait_for_function(
+            """() => {
+              const drawer = document.querySelector('.bd-sidebar-primary').getBoundingClientRect();
+              const links = document.querySelectorAll('.bd-sidebar-primary nav a.current');
+              const r = links.length && links[links.length - 1].getBoundingClientRect();
+              return drawer.left >= 0 && r && r.top >= 0 && r.bottom <= window.innerHeight;
+            }""",
+            timeout=3_000,
+        )
+    except PlaywrightTimeoutError:
+        top = page.evaluate(
+            "() => { const l = document.querySelectorAll('.bd-sidebar-primary nav a.current');"
+            " return l.length ? l[l.length - 1].getBoundingClientRect().top : null; }"
+        )
+        pytest.fail(
+            f"{docname}: the menu opened but its current chapter is at y={top} px, outside the "
+            f"{PHONE['height']} px screen"
+        )
+
+
+# Each figure's CSS filter and the background of the output box around it (read in dark mode).
+DARK_FIGURES = """() => {
+  const boxes = [...document.querySelectorAll('main article .cell_output img, main article figure img,'
+                                            + ' main article .vega-embed svg.marks')];
+  return boxes.filter(el => el.getBoundingClientRect().width > 0).map(el => {
+    const frame = el.closest('.output') || el.parentElement;
+    return {what: el.tagName + ' ' + (el.getAttribute('src') || '').slice(-30),
+            filter: getComputedStyle(el).filter, frame: getComputedStyle(frame).backgroundColor};
+  });
+}"""
+
+
+def test_dark_mode_figures(desktop: PageLog, book_url: str) -> None:
+    """In dark mode figures and charts are drawn dark (inverted), not as light grey panels."""
+    charted = [d for d in PAGES if source_features(d)[1]]
+    assert charted, "no page has an altair chart"
+    page = desktop.page
+    for docname in (LANDING, charted[-1]):
+        open_page(desktop, book_url, docname)
+        set_theme(page, "dark")
+        figures = page.evaluate(DARK_FIGURES)
+        assert figures, f"{docname}: no figure found"
+        light = [f["what"] for f in figures if "invert" not in f["filter"]]
+        assert not light, f"{docname}: figures left light in dark mode: {light[:3]}"
+        framed = [f["what"] for f in figures
+                  if re.findall(r"[\\d.]+", f["frame"])[3:4] != ["0"] and f["frame"] != "rgba(0, 0, 0, 0)"]  # fmt: skip
+        assert not framed, f"{docname}: figures sit in a light frame in dark mode: {framed[:3]}"
+        set_theme(page, "light")

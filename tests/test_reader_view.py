@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -82,3 +83,70 @@ def test_used_icons_reads_classes_with_their_set(tmp_path: Path) -> None:
     )
     used = icon_subset.used_icons(tmp_path)
     assert "github" in used["fab"] and "bars" in used["fas"] and "github" not in used["fas"]
+
+
+def test_code_names_may_break_only_after_dots_underscores_and_double_colons() -> None:
+    page = (
+        '<p><code class="docutils literal notranslate"><span class="pre">'
+        "F.scaled_dot_product_attention</span></code> and <code>test_x.py::test_y</code></p>"
+    )
+    assert reader_view.break_names(page) == (
+        '<p><code class="docutils literal notranslate"><span class="pre">'
+        "F.<wbr>scaled_<wbr>dot_<wbr>product_<wbr>attention</span></code> and "
+        "<code>test_<wbr>x.<wbr>py::<wbr>test_<wbr>y</code></p>"
+    )
+    # Dunder names, numbers, tags and entities, and code blocks stay whole.
+    for whole in ("<code>__init__</code>", "<code>0.5</code>", '<code a="x.y">&amp;</code>',
+                  '<code><span class="n.m"></span></code>', "<pre><code>x.y</code></pre>",
+                  "<p>model.encode</p>"):  # fmt: skip
+        assert reader_view.break_names(whole) == whole, whole
+
+
+def test_wide_tables_are_labelled_by_column_for_a_phone() -> None:
+    table = (
+        '<table class="table">\n<thead>\n<tr class="row-odd"><th class="head"><p>Paper</p></th>\n'
+        '<th class="head"><p>Code</p></th>\n<th class="head"><p>Test &amp; more</p></th>\n</tr>\n'
+        '</thead>\n<tbody>\n<tr class="row-even"><td><p>Eq. 1</p></td>\n<td><p>a</p></td>\n'
+        "<td><p>b</p></td>\n</tr>\n</tbody>\n</table>"
+    )
+    labelled = reader_view.label_tables(table)
+    assert labelled.startswith('<table class="table stack-on-phone">')
+    assert re.findall(r'<td data-label="([^"]*)">', labelled) == [
+        "Paper",
+        "Code",
+        "Test &amp; more",
+    ]
+    empty = reader_view.label_tables(table.replace("<td><p>a</p></td>", "<td><p></p></td>"))
+    assert '<td class="empty-cell"><p></p></td>' in empty  # no "Code:" before nothing
+    narrow = table.replace('<th class="head"><p>Code</p></th>\n', "").replace(
+        "<td><p>a</p></td>\n", ""
+    )
+    assert reader_view.label_tables(narrow) == narrow  # two columns fit a phone as they are
+
+
+def test_grader_reports_mark_each_row_pass_or_fail() -> None:
+    from annotated.check.framework import Report, Result
+
+    report = Report("demo", [Result("shape_ok", True, "(B, T, D)"), Result("masked", False, "off")])
+    labelled = reader_view.label_tables(f"<div>{report._repr_html_()}</div>")
+    assert '<table class="check-report">' in labelled
+    assert '<tr class="check-head">' in labelled
+    rows = re.findall(
+        r'<tr class="check-(pass|fail)">.*?<td class="check-result">([^<]*)</td>', labelled
+    )
+    assert rows == [("pass", "✓ pass"), ("fail", "✗ FAIL")]
+
+
+def test_long_printed_outputs_start_folded() -> None:
+    def output(lines: int) -> str:
+        text = "\n".join(f"line {i}" for i in range(lines))
+        return (
+            '<div class="output stream highlight-myst-ansi notranslate"><div class="highlight">'
+            f"<pre><span></span>{text}\n</pre></div>\n</div>"
+        )
+
+    short, long = output(reader_view.FOLD_LINES), output(reader_view.FOLD_LINES + 1)
+    assert reader_view.fold_long_outputs(short) == short
+    folded = reader_view.fold_long_outputs(long)
+    assert folded.startswith('<details class="long-output"><summary>Show the output (')
+    assert f"({reader_view.FOLD_LINES + 1} lines)" in folded and long in folded

@@ -9,7 +9,9 @@ server, any failed local request and any console error fails the test. The book 
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import subprocess
 import sys
 import time
@@ -19,6 +21,7 @@ from pathlib import Path
 import pytest
 import test_book_browser
 import torch
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from test_book_browser import HTML, LOCAL_HOST, ROOT, PageLog
 
 from annotated.app import load_for_inference
@@ -194,3 +197,97 @@ def test_awkward_input_ends_in_a_result_or_a_message(translator) -> None:
     page.wait_for_function(FINISHED)
     assert page.locator("#translator-output").get_attribute("data-state") == "done"
     check_clean(log)
+
+
+def test_ctrl_enter_translates(translator) -> None:
+    page, log = translator
+    page.fill("#translator-input", "Zwei Hunde spielen im Schnee.")
+    page.evaluate("document.getElementById('translator-output').dataset.state = 'idle'")
+    page.focus("#translator-input")
+    page.keyboard.press("Control+Enter")
+    try:
+        page.wait_for_function(FINISHED, timeout=20_000)
+    except PlaywrightTimeoutError:
+        pytest.fail("Ctrl+Enter in the text box did not translate")
+    output = page.locator("#translator-output")
+    assert output.get_attribute("data-state") == "done" and output.inner_text().strip()
+    assert page.input_value("#translator-input") == "Zwei Hunde spielen im Schnee.", (
+        "Ctrl+Enter also typed a line break into the sentence"
+    )
+    check_clean(log)
+
+
+def test_an_example_sentence_translates_on_click(translator) -> None:
+    page, log = translator
+    example = page.locator(".translator-example").first
+    sentence = example.inner_text()
+    page.evaluate("document.getElementById('translator-output').dataset.state = 'idle'")
+    example.click()
+    try:
+        page.wait_for_function(FINISHED, timeout=20_000)
+    except PlaywrightTimeoutError:
+        pytest.fail(f"a click on the example {sentence!r} did not translate it")
+    assert page.input_value("#translator-input") == sentence
+    assert page.locator("#translator-output").get_attribute("data-state") == "done"
+    check_clean(log)
+
+
+def test_the_map_reads_as_words_and_leaves_with_an_error(translator) -> None:
+    page, log = translator
+    state, _, _ = run(page, "Zwei Hunde spielen im Schnee.")
+    assert state == "done" and page.is_visible("#translator-map")
+    labels = page.locator("#translator-svg text").all_text_contents()
+    assert labels and not [t for t in labels if "▁" in t], f"raw subword markers: {labels}"
+    assert page.is_visible(".translator-legend-bar"), "the map has no colour legend"
+    assert not page.is_visible("#translator-note"), page.inner_text("#translator-note")
+    state, _, _ = run(page, "   ")
+    assert state == "error"
+    assert not page.is_visible("#translator-map"), "the previous sentence's map stayed on screen"
+    check_clean(log)
+
+
+def test_a_cut_or_repeating_output_is_flagged(translator) -> None:
+    page, log = translator
+    # One word, no sentence around it: the model repeats a word until the length limit.
+    state, shown, _ = run(page, "Hund")
+    assert state == "done"
+    words = shown.split()
+    note = page.inner_text("#translator-note") if page.is_visible("#translator-note") else ""
+    if len(words) > 3 and len(set(words)) < len(words) / 2:
+        assert "repeats" in note, f"{shown[:60]!r} repeats, but the page's note says {note!r}"
+    else:  # a model that learned better: no false alarm either
+        assert "repeats" not in note, f"{shown!r} does not repeat, but the page says {note!r}"
+    # Two sentences: the model was trained on one at a time.
+    state, _, _ = run(page, "Ein Hund rennt über die Wiese. Eine Katze schläft auf dem Sofa.")
+    assert state == "done"
+    assert "one sentence at a time" in page.inner_text("#translator-note")
+    check_clean(log)
+
+
+def test_nothing_shows_before_the_first_translation(browser, site_url: str) -> None:
+    page = browser.new_page()
+    page.goto(f"{site_url}/translate.html", wait_until="load")
+    page.wait_for_function("() => !document.getElementById('translator-run').disabled")
+    for hidden in ("#translator-output", ".translator-output-label", "#translator-map"):
+        assert not page.is_visible(hidden), f"{hidden} shows before anything was translated"
+    page.close()
+
+
+def test_the_landing_page_example_is_the_models_translation(python_model) -> None:
+    """The example on the landing page is what the model really says (greedy, as the page runs)."""
+    page = (HTML / "index.html").read_text(encoding="utf-8")
+    if "landing-example" not in page:
+        page = (HTML / "intro.html").read_text(encoding="utf-8")
+    block = re.search(r'class="[^"]*landing-example[^"]*">(.*?)</div>', page, re.S)
+    assert block, "the landing page shows no example translation (class landing-example)"
+    german, english = (
+        html.unescape(re.sub(r"<[^>]+>", "", part)).strip() for part in block.group(1).split("→")
+    )
+    assert python_translation(python_model, german) == english, (german, english)
+    # Its attention map (book/build_assets.py) has a cell per English subword (and EOS) per German one.
+    model, tok = python_model
+    svg = (HTML / "translator" / "example_attention.svg").read_text(encoding="utf-8")
+    rows = len(translate_ids(model, [encode(tok, german)], 1, 0.0, torch.device("cpu"))[0]) + 1
+    assert svg.count("<rect x=") == rows * len(encode(tok, german)), (
+        "the map is not of this sentence"
+    )

@@ -15,11 +15,15 @@ does not need. This extension removes it when the page is rendered, never from t
   the pages use (tools/icon_subset.py);
 * results: the landing page's numbers are substitutions computed here from results/*.json and
   from the model itself (parameter counts), so they cannot go stale;
+* the rendered page: long code names break only after ".", "_" or "::"; wide tables and the
+  graders' reports are labelled for their phone and dark-mode layout (book/_static/custom.css);
+  a printed output longer than 40 lines starts folded;
 * citations: one author-year style in the text and in the reference list.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import sys
@@ -170,6 +174,123 @@ def _is_empty_without(parent: nodes.Element, child: nodes.Node) -> bool:
     return all(c is child for c in parent.children)
 
 
+# --- the rendered page ------------------------------------------------------------------------
+
+# Inline code: <code class="docutils literal notranslate">, or a bare <code> from raw HTML (the
+# paper-to-code page, the graders' reports). Code blocks are <pre> without <code>.
+INLINE_CODE = re.compile(r"(?<!<pre>)(<code\b[^>]*>)(.*?)(</code>)", re.S)
+# Where a long name may break: after ".", "_" or "::" between two name characters (not inside
+# "__init__", not in "0.5").
+NAME_BREAK = re.compile(r"(?<=[A-Za-z0-9)\]])(\.|::|_)(?=[A-Za-z0-9])")
+DOCUTILS_TABLE = re.compile(r'<table class="table">(.*?)</table>', re.S)
+REPORT_TABLE = re.compile(r"<table>(<caption>check\.[^<]*</caption>.*?)</table>", re.S)
+REPORT_ROW = re.compile(r"<tr>(<td>.*?</td>)<td>(✓ pass|✗ FAIL)</td>")
+STACK_MIN_COLUMNS = 3  # tables this wide become one block per row on a phone (custom.css)
+
+
+def break_names(body: str) -> str:
+    """Let long code names wrap only after ".", "_" or "::": a <wbr> there, none elsewhere.
+
+    With `overflow-wrap: anywhere` a name broke at any letter ("Tran|sfor|merC...") and a table
+    column holding names shrank to a few characters; custom.css now breaks only at these points.
+    """
+
+    def name_breaks(text: str) -> str:
+        parts = re.split(r"(<[^>]+>|&[#\w]+;)", text)  # leave tags and entities alone
+        return "".join(
+            p if p.startswith(("<", "&")) else NAME_BREAK.sub(r"\1<wbr>", p) for p in parts
+        )
+
+    def one(match: re.Match) -> str:
+        opening, text, closing = match.groups()
+        if "\n" in text or "<wbr>" in text:
+            return match.group(0)
+        if re.fullmatch(r"\d+(\.\d+)+", re.sub(r"<[^>]+>", "", text)):  # a version or a number
+            return match.group(0)
+        return opening + name_breaks(text) + closing
+
+    return INLINE_CODE.sub(one, body)
+
+
+def _text(html_fragment: str) -> str:
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", html_fragment)).split())
+
+
+def label_tables(body: str) -> str:
+    """Mark wide tables and the graders' reports so custom.css can lay them out (phone, dark).
+
+    * a Markdown table of 3+ columns gets class "stack-on-phone" and each body cell its column's
+      name in data-label: on a phone each row becomes one block;
+    * a report of `check.*` (Report._repr_html_ in annotated/check/framework.py, stored in the
+      notebooks' outputs) gets class "check-report", each row "check-pass" or "check-fail" and its
+      result cell "check-result", so a FAIL looks different from a pass.
+    """
+
+    def docutils_table(match: re.Match) -> str:
+        inner = match.group(1)
+        labels = [_text(h) for h in re.findall(r"<th\b[^>]*>(.*?)</th>", inner, re.S)]
+        if len(labels) < STACK_MIN_COLUMNS or "<tbody>" not in inner:
+            return match.group(0)
+        head, tbody = inner.split("<tbody>", 1)
+
+        def row(r: re.Match) -> str:
+            cells = iter(labels)
+
+            def cell(c: re.Match) -> str:
+                label = html.escape(next(cells, ""), quote=True)
+                if not _text(c.group(2)) and "<img" not in c.group(2):
+                    return f'<td class="empty-cell"{c.group(1)}>{c.group(2)}</td>'  # no "Label:"
+                return f'<td data-label="{label}"{c.group(1)}>{c.group(2)}</td>'
+
+            return re.sub(r"<td\b([^>]*)>(.*?)</td>", cell, r.group(0), flags=re.S)
+
+        tbody = re.sub(r"<tr\b.*?</tr>", row, tbody, flags=re.S)
+        return f'<table class="table stack-on-phone">{head}<tbody>{tbody}</table>'
+
+    def report_table(match: re.Match) -> str:
+        inner = match.group(1).replace("<tr><th>", '<tr class="check-head"><th>', 1)
+        inner = REPORT_ROW.sub(
+            lambda r: (
+                f'<tr class="check-{"pass" if "pass" in r.group(2) else "fail"}">'
+                f'{r.group(1)}<td class="check-result">{r.group(2)}</td>'
+            ),
+            inner,
+        )
+        return f'<table class="check-report">{inner}</table>'
+
+    body = DOCUTILS_TABLE.sub(docutils_table, body)
+    return REPORT_TABLE.sub(report_table, body)
+
+
+TEXT_OUTPUT = re.compile(
+    r'<div class="output [^"]*"><div class="highlight"><pre>(?P<text>.*?)</pre></div>\s*</div>',
+    re.S,
+)
+FOLD_LINES = 40  # a printed output longer than this starts folded (chapter 16's --help: 125 lines)
+
+
+def fold_long_outputs(body: str) -> str:
+    """Fold a long printed output into a <details> the reader opens, its length in the summary."""
+
+    def fold(match: re.Match) -> str:
+        lines = match.group("text").rstrip("\n").count("\n") + 1
+        if lines <= FOLD_LINES:
+            return match.group(0)
+        return (
+            f'<details class="long-output"><summary>Show the output ({lines} lines)</summary>'
+            f"{match.group(0)}</details>"
+        )
+
+    return TEXT_OUTPUT.sub(fold, body)
+
+
+def polish_page(app, pagename, templatename, context, doctree) -> None:
+    """html-page-context: label tables for their phone and dark-mode styles; break long names;
+    fold long printed outputs."""
+    if "body" in context:
+        context["body"] = fold_long_outputs(break_names(label_tables(context["body"])))
+
+
 # --- per-page assets --------------------------------------------------------------------------
 
 
@@ -309,5 +430,6 @@ def setup(app):
     app.connect("config-inited", add_substitutions)
     app.connect("doctree-read", clean_cells)
     app.connect("html-page-context", prune_assets, priority=900)
+    app.connect("html-page-context", polish_page)
     app.connect("build-finished", finish_site)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -25,10 +25,36 @@ document.addEventListener("DOMContentLoaded", () => {
     s = s.replace(/\\[,;:!> ]|&|\\\\/g, " ").replace(/[{}]/g, "");
     return s.replace(/\s+/g, " ").trim();
   };
+  // Sphinx reads the snippet from the page's [role="main"], which in this theme holds the page's
+  // chrome too (download buttons ".pdf", the "Contents" list): a snippet read "….pdf 05 ·
+  // Positional encoding … Contents …". Only the article's body counts, without its title (the
+  // result's link shows it), the Colab/Binder line and the code cells.
   const original = Search.htmlToText;
   Search.htmlToText = (htmlString, anchor) => {
     const doc = new DOMParser().parseFromString(htmlString, "text/html");
+    const article = doc.querySelector("article.bd-article");
+    if (article) {
+      doc.querySelectorAll('[role="main"]').forEach((el) => el.removeAttribute("role"));
+      article.setAttribute("role", "main");
+      article.querySelectorAll("h1").forEach((el) => el.remove());
+      article.querySelectorAll('a[href*="colab.research.google.com"]').forEach((el) => el.closest("p")?.remove());
+      article.querySelectorAll(".cell_input").forEach((el) => el.remove()); // prose, not imports
+    }
     doc.querySelectorAll(".math").forEach((el) => { el.textContent = ` ${readable(el.textContent)} `; });
     return original(doc.documentElement.outerHTML, anchor);
+  };
+
+  // Rank a page whose title holds a searched word above pages that only mention it: Sphinx scores
+  // every title match alike (a section title counts as much as the page's own) and breaks ties
+  // alphabetically, so "positional" put chapter 03 above chapter 05, "Positional encoding".
+  const escape = (w) => w.replace(/[.*+?^$()|[\]\\{}]/g, "\\$&");
+  const starts = (new URLSearchParams(window.location.search).get("q") || "")
+    .toLowerCase().split(/\s+/).filter((w) => w.length > 2)
+    .map((w) => new RegExp("(^|[^\\p{L}])" + escape(w), "u")); // a title word that starts with w
+  const previous = Scorer.score;
+  Scorer.score = (result) => {
+    const score = previous ? previous(result) : result[4];
+    const title = String(result[1] || "").toLowerCase().split(" > ")[0];
+    return score + 10 * starts.filter((re) => re.test(title)).length;
   };
 });

@@ -198,10 +198,40 @@ async function attentionOf(m, src, tokens) {
 
 // ---- the page ---------------------------------------------------------------------------------
 
-function report(state, text) {
+function report(state, text, note = "") {
+  // state: running | done | error. The attention map belongs to a finished translation only.
   const output = $("translator-output");
   output.textContent = text;
   output.dataset.state = state;
+  if (state !== "done") $("translator-map").hidden = true;
+  $("translator-note").textContent = note;
+  $("translator-note").hidden = !note;
+}
+
+function repeats(tokens, times = 3) {
+  // True when some run of 1 to 4 tokens comes `times` times in a row ("dog dog dog", "a b a b a b")
+  for (let n = 1; n <= 4; n++) {
+    for (let start = 0; start + n * times <= tokens.length; start++) {
+      let same = true;
+      for (let k = n; k < n * times && same; k++) same = tokens[start + k] === tokens[start + (k % n)];
+      if (same) return true;
+    }
+  }
+  return false;
+}
+
+function sentencesIn(text) {
+  // Sentence ends followed by more text: "Ein Hund rennt. Eine Katze schläft." holds two
+  return 1 + (text.trim().match(/[.!?…]+["»«”)]*\s+(?=\S)/g) || []).length;
+}
+
+function notesOn(text, tokens, finished) {
+  // Warnings a reader needs to read the output right; "" when there are none
+  const notes = [];
+  if (!finished) notes.push(`The model did not end the sentence within ${tokens.length} subwords, so the output was cut there.`);
+  if (repeats(tokens)) notes.push("It repeats itself: a sign the input is unlike the image captions it learned from.");
+  if (sentencesIn(text) > 1) notes.push("It was trained on single sentences and often translates only the first of several: translate one sentence at a time.");
+  return notes.join(" ");
 }
 
 async function translate() {
@@ -245,13 +275,14 @@ async function translate() {
     const { eos_id: EOS } = m.config.special_ids;
     const output = result.tokens.filter((t) => t !== EOS);
     const english = m.tokenizer.decode(output, { skip_special_tokens: true });
+    const finished = result.tokens[result.tokens.length - 1] === EOS;
     const unknown = src.filter((t) => t === m.config.special_ids.unk_id).length;
     const took = performance.now() - loaded;
     status.textContent =
       (started !== loaded && loaded - started > 50 ? `Model loaded in ${((loaded - started) / 1000).toFixed(1)} s. ` : "") +
       `Translated in ${took.toFixed(0)} ms.` +
       (unknown * 2 > src.length ? " Most of the input is outside the model's vocabulary (German image captions)." : "");
-    report("done", english);
+    report("done", english, notesOn(text, output, finished));
     $("translator-output").dataset.ms = took.toFixed(1);
     showAttention(m, encoding.tokens, result.tokens.map((t) => m.tokenizer.id_to_token(t)), result.attention);
   } catch (error) {
@@ -270,7 +301,7 @@ let shown = null; // what the map draws: { sources, targets, attention, N, H, S 
 
 function showAttention(m, sources, targets, attention) {
   const { n_layers: N, n_heads: H } = m.config;
-  shown = { sources, targets, attention, N, H, S: sources.length };
+  shown = { sources, targets, attention, N, H, S: sources.length, eos: m.tokenizer.id_to_token(m.config.special_ids.eos_id) };
   const layer = $("translator-layer"), head = $("translator-head");
   if (layer.options.length !== N) {
     layer.replaceChildren(...Array.from({ length: N }, (_, i) => new Option(`layer ${i + 1}`, i)));
@@ -287,9 +318,17 @@ function weightsOf(row, layer, head, H, S) {
   return Array.from({ length: S }, (_, s) => heads.reduce((sum, h) => sum + row[(layer * H + h) * S + s], 0) / heads.length);
 }
 
+function label(token, eos) {
+  // A subword as a reader writes it: "▁Hund" -> "Hund" (starts a word), "e" -> "-e" (continues one)
+  if (token === eos) return "⟨end⟩";
+  if (token.startsWith("▁")) return token.slice(1) || "␣";
+  return /^[\p{L}\p{N}]/u.test(token) ? `-${token}` : token;
+}
+
 function drawAttention() {
   if (!shown) return;
-  const { sources, targets, attention, H, S } = shown;
+  const { sources: rawSources, targets: rawTargets, attention, H, S, eos } = shown;
+  const sources = rawSources.map((t) => label(t, eos)), targets = rawTargets.map((t) => label(t, eos));
   const layer = Number($("translator-layer").value), head = Number($("translator-head").value);
   const cell = 22, left = 90, top = 90;
   const svgNS = "http://www.w3.org/2000/svg";
@@ -317,6 +356,18 @@ function drawAttention() {
 }
 
 $("translator-run").addEventListener("click", translate);
+$("translator-input").addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+    event.preventDefault();
+    translate();
+  }
+});
+document.querySelectorAll(".translator-example").forEach((example) =>
+  example.addEventListener("click", () => {
+    $("translator-input").value = example.textContent;
+    translate();
+  })
+);
 $("translator-layer").addEventListener("change", drawAttention);
 $("translator-head").addEventListener("change", drawAttention);
 $("translator-run").disabled = false; // the script is here: the button works
