@@ -68,6 +68,22 @@ def test_every_solution_stands_in_only_for_its_starter(notebook, index, cells):
         )
 
 
+@pytest.mark.parametrize(
+    ("notebook", "index", "cells"), exercises(), ids=[f"{n}:{i}" for n, i, _ in exercises()]
+)
+def test_no_solution_leans_on_the_readers_other_exercises(notebook, index, cells):
+    """A solution that called the reader's my_split_heads would fail with the reader's bug."""
+    tree = ast.parse(cells[index])
+    own = {n.name for n in definitions(cells[index])}
+    own |= {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
+    readers = {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id.startswith(("my_", "My"))
+    }
+    assert readers <= own, f"{notebook}: the solution uses the reader's {sorted(readers - own)}"
+
+
 def define(source: str, namespace: dict) -> dict:
     exec(compile(source, "<cell>", "exec"), namespace)
     return namespace
@@ -93,6 +109,12 @@ def test_the_solution_stands_in_for_an_unwritten_or_missing_starter(capsys):
             capsys.readouterr().out
             == "my_double: yours is not written yet, so this solution stands in for it\n"
         )
+
+
+def test_a_solution_run_again_still_stands_in(capsys):
+    namespace = define(SOLUTION_CELL, define(STARTER_CELL, {"check": check}))
+    define(SOLUTION_CELL, namespace)  # the reader runs the solution cell a second time
+    assert capsys.readouterr().out.count("yours is not written yet") == 2
 
 
 def test_the_readers_own_version_is_kept_and_graded(capsys):

@@ -1,5 +1,6 @@
 """Project wiring: the public API, Binder's environment, the repository setting, CI."""
 
+import json
 import re
 import subprocess
 import sys
@@ -146,3 +147,12 @@ def test_table3_rows_replace_the_budget_options_they_change():
         assert (train_file.name, val_file.name) == ("seed2.json", "seed2.val.json")
     assert table3.with_flags(budget, ["--n-heads", "1"]).count("--n-heads") == 1
     assert table3.with_flags(budget, ["--norm-first"])[-1] == "--norm-first"
+
+
+def test_no_notebook_stores_a_progress_bar():
+    """A progress bar is useful while a cell runs and noise once stored (the book renders it line by line)."""
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            for out in cell.get("outputs", []):
+                text = "".join(out.get("text", ""))
+                assert "\r" not in text, f"{path.name} {cell.get('id')}: a stored progress bar"

@@ -228,7 +228,9 @@ def solution(answer):
     """
     namespace = sys._getframe(1).f_globals  # where the decorated definition is being made
     yours = namespace.get(answer.__name__)
-    if yours is None or is_starter(yours):
+    stood_in = "_stands_in" in getattr(yours, "__dict__", {})  # this solution, from an earlier run of its cell
+    if yours is None or stood_in or is_starter(yours):
+        answer._stands_in = True
         print(f"{answer.__name__}: yours is not written yet, so this solution stands in for it")
         return answer
     print(f"{answer.__name__}: yours is kept; the check below grades it (this solution is here to compare)")
