@@ -54,7 +54,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     try:
         os.chmod(tmp, 0o666 & ~_umask())
         yield Path(tmp)
-        with open(tmp, "rb") as f:
+        with open(tmp, "r+b") as f:  # opened for writing: Windows syncs no read-only file
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as err:  # the block failed or was interrupted: `path` keeps its old file
@@ -93,6 +93,8 @@ def _discard(path: Path, tmp: str, err: BaseException) -> NoReturn:
 
 
 def _sync_folder(folder: Path) -> None:
+    if os.name != "posix":  # Windows cannot open a folder to sync it (NTFS journals the rename)
+        return
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)  # the rename itself survives a power cut

@@ -6,7 +6,10 @@ on Linux, a memory cap. Cases that would hang or end the test process itself und
 grader run `python -m annotated` in a subprocess; the others call `main` directly.
 """
 
+import contextlib
+import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -18,6 +21,7 @@ import torch.nn.functional as F
 
 from annotated import check
 from annotated.app import main
+from annotated.check.sandbox import MEMORY
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTENTION = """
@@ -83,6 +87,7 @@ def test_a_crash_is_a_failed_check(tmp_path):
     )
 
 
+@pytest.mark.slow  # a child process starts torch
 @pytest.mark.parametrize(
     "top, body, reason",
     [
@@ -98,6 +103,7 @@ def test_an_exit_is_a_failed_check(tmp_path, monkeypatch, capsys, top, body, rea
     says_in_one_line(*capsys.readouterr(), reason)
 
 
+@pytest.mark.slow  # a child process starts torch
 def test_the_code_works_in_a_scratch_folder_that_is_removed(tmp_path, monkeypatch, capsys):
     (tmp_path / "precious.txt").write_text("keep me")
     record = tmp_path / "cwd.txt"
@@ -111,6 +117,7 @@ def test_the_code_works_in_a_scratch_folder_that_is_removed(tmp_path, monkeypatc
     assert scratch != tmp_path and not scratch.exists()
 
 
+@pytest.mark.slow  # a child process starts torch
 def test_the_report_and_the_codes_output_look_as_in_one_process(tmp_path, monkeypatch, capsys):
     target = solution(tmp_path, "good.py", "print('called')", top="print('imported')")
     monkeypatch.chdir(tmp_path)
@@ -121,14 +128,25 @@ def test_the_report_and_the_codes_output_look_as_in_one_process(tmp_path, monkey
     assert out.count("called\n") > 0
 
 
+@pytest.mark.slow  # a child process starts torch
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS: Linux")
 def test_the_memory_is_capped_on_linux(tmp_path, monkeypatch, capsys):
-    body = "mmap.mmap(-1, 8 * 2**30)  # address space only: without a cap, no memory is used"
-    target = solution(tmp_path, "hog.py", body, top="import mmap")
+    import resource  # POSIX only: imported after the skip
+
+    record = tmp_path / "limit.json"
+    body = f"""soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    size = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    Path({str(record)!r}).write_text(json.dumps([soft, size]))
+    mmap.mmap(-1, 2 * {MEMORY})  # address space only: without a cap, no memory is used"""
+    top = "import json, mmap, os, resource\nfrom pathlib import Path"
+    target = solution(tmp_path, "hog.py", body, top)
     monkeypatch.chdir(tmp_path)
     assert main(["check", "attention", target]) == 1
     out = capsys.readouterr().out
     assert "FAIL  matches_reference" in out and "Cannot allocate memory" in out
+    # the failed allocation alone proves nothing on a machine with less than 8 GiB: the limit itself
+    soft, size = json.loads(record.read_text())  # as the learner's code saw it, in the child
+    assert soft != resource.RLIM_INFINITY and 0 < soft - size <= MEMORY
 
 
 @pytest.mark.slow
@@ -145,18 +163,52 @@ def test_the_child_ends_when_the_grader_is_killed(tmp_path):
         env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
     )
     try:
-        deadline = time.monotonic() + 100
-        while not pid_file.is_file() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        pid = int(pid_file.read_text())
+        pid = read_pid(pid_file, timeout=100)
         assert pid != grader.pid  # the code runs in a child of the grader
     finally:
         grader.kill()
         grader.wait()
-    deadline = time.monotonic() + 20
+    assert ended(pid, timeout=20), "the learner's loop outlived the grader"
+
+
+@pytest.mark.slow  # a child process starts torch
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_what_the_code_started_ends_when_the_child_ends_by_itself(tmp_path, monkeypatch, capsys):
+    pid_file = tmp_path / "pid.txt"
+    top = f"""
+    import subprocess, sys
+    from pathlib import Path
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    started = subprocess.Popen(sleeper, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    Path({str(pid_file)!r}).write_text(str(started.pid))
+    """
+    target = solution(tmp_path, "starts.py", top=top)  # a correct attention: the child ends well
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "attention", target]) == 0
+    pid = read_pid(pid_file, timeout=1)  # written before the child ended
+    try:
+        assert ended(pid, timeout=10), "what the learner's code started outlived the check"
+    finally:  # no sleeper left behind by a failed test
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def read_pid(path: Path, timeout: float) -> int:
+    """The process id that the learner's code writes to `path`, once written whole."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(FileNotFoundError, ValueError):  # write_text creates, then writes
+            return int(path.read_text())
+        assert time.monotonic() < deadline, f"no process id in {path} after {timeout} s"
+        time.sleep(0.1)
+
+
+def ended(pid: int, timeout: float) -> bool:
+    """Whether the process has ended, or ends within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not alive(pid), "the learner's loop outlived the grader"
+    return not alive(pid)
 
 
 def alive(pid: int) -> bool:

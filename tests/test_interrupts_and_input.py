@@ -2,7 +2,9 @@
 translations that stream, input with a byte-order mark or NUL bytes, sizes refused up front, an empty
 source, and `--resume` compared with the run's own values."""
 
+import importlib
 import io
+import json
 import os
 import select
 import signal
@@ -16,12 +18,13 @@ import torch
 
 import annotated.app.cli as cli
 import annotated.training.runs as runs
-from annotated.app import main
+from annotated.app import CopyTask, main
 from annotated.data import save_tokenizer, train_tokenizer
 from annotated.model import make_model
 from annotated.training import Trainer, load_checkpoint, save_checkpoint, write_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
+RUN = importlib.import_module("annotated.app.run")  # the module, not its function `train`
 TINY = "--n-layers 1 --d-model 16 --d-ff 32 --n-heads 2".split()
 COPY = ["train", "--task", "copy", *TINY]
 
@@ -76,6 +79,7 @@ def python_sigint():
 # ---- 8. One run per folder ----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a second Python process starts torch
 def test_a_second_run_on_the_same_out_is_refused_naming_the_first(capsys, tmp_path):
     out = tmp_path / "run"
     first = start(*COPY, "--steps", "100000", "--log-every", "1", "--out", out)
@@ -124,6 +128,7 @@ def translate(capsys, monkeypatch, run_dir, stdin: bytes):
     return code, out.out.split("\n")[:-1], out.err
 
 
+@pytest.mark.slow  # a second Python process starts torch
 def test_translate_prints_each_line_before_the_input_ends(capsys, monkeypatch, run_dir):
     _, expected, _ = translate(capsys, monkeypatch, run_dir, "Ein Hund läuft.\n".encode())
     proc = start("translate", "--checkpoint", run_dir / "checkpoint.pt", "--beam", "1",
@@ -140,6 +145,9 @@ def test_translate_prints_each_line_before_the_input_ends(capsys, monkeypatch, r
 
 
 # ---- 10. Ctrl-C, Ctrl-C: the save that the first one started is kept ----------------------------
+
+
+NOTICE = "SIGINT: stopping once {} (a third Ctrl-C stops at once)\n"  # on standard output
 
 
 @pytest.mark.parametrize("when", ["both in the update", "the second in the save"])
@@ -162,11 +170,14 @@ def test_a_second_sigint_does_not_lose_the_save(capsys, tmp_path, monkeypatch, p
     monkeypatch.setattr(Trainer, "update", interrupted_in_update_7)
     monkeypatch.setattr(runs, "save_checkpoint", interrupted_in_save)
     out = tmp_path / "run"
-    err = fails(capsys, [*COPY, "--steps", "20", "--eval-every", "5", "--out", out], code=130)
-    assert err == (
+    assert main([*COPY, "--steps", "20", "--eval-every", "5", "--out", str(out)]) == 130
+    said = capsys.readouterr()
+    assert said.err == (
         f"interrupted by SIGINT at update 7: saved {out / 'checkpoint.pt'} (update 7); "
-        f"continue with: python -m annotated train --resume {out}"
+        f"continue with: python -m annotated train --resume {out}\n"
     )
+    assert said.out.count("SIGINT") == 1  # the first press is answered at once, and only it
+    assert NOTICE.format("the update under way is done and saved") in said.out
     assert load_checkpoint(out / "checkpoint.pt", restore_rng=False).step == 7
 
 
@@ -191,6 +202,7 @@ def test_a_third_sigint_stops_at_once_and_says_what_is_kept(
     assert load_checkpoint(out / "checkpoint.pt", restore_rng=False).step == 5
 
 
+@pytest.mark.slow  # a second Python process starts torch
 def test_two_sigints_5_ms_apart_to_a_real_run(tmp_path):
     out = tmp_path / "run"
     proc = start(*COPY, "--steps", "100000", "--log-every", "1", "--out", out)
@@ -199,13 +211,92 @@ def test_two_sigints_5_ms_apart_to_a_real_run(tmp_path):
         proc.send_signal(signal.SIGINT)
         time.sleep(0.005)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        log, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 130 and err.count("\n") == 1, err
+    assert log.count(NOTICE.format("the update under way is done and saved")) == 1
     step = load_checkpoint(out / "checkpoint.pt", restore_rng=False).step
     assert step >= 12 and err.startswith(f"interrupted by SIGINT at update {step}: saved")
     assert err.rstrip().endswith(f"continue with: python -m annotated train --resume {out}")
+
+
+# ---- 10b. Ctrl-C outside the updates: while setting up, reporting, writing the results ----------
+
+
+def sigint_first(monkeypatch, owner, name: str) -> None:
+    """The first call of owner.name starts with a SIGINT to this process, as a Ctrl-C would."""
+    real, calls = getattr(owner, name), []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            signal.raise_signal(signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, interrupted)
+
+
+def go_on(out: Path) -> str:
+    return f"continue with: python -m annotated train --resume {out}"
+
+
+@pytest.mark.parametrize(
+    "owner, name", [(cli, "start_runtime"), (CopyTask, "prepare")], ids=["processes", "data"]
+)
+def test_a_sigint_while_setting_up_stops_at_once(
+    capsys, tmp_path, monkeypatch, python_sigint, owner, name
+):
+    sigint_first(monkeypatch, owner, name)
+    err = fails(capsys, [*COPY, "--steps", "20", "--out", tmp_path / "run"], code=130)
+    assert err == "interrupted by SIGINT: nothing was saved yet"
+    assert listing(tmp_path) == []  # not one update, and no empty folder left behind
+
+
+def test_a_sigint_while_a_resumed_run_sets_up_keeps_its_checkpoint(
+    capsys, tmp_path, monkeypatch, python_sigint
+):
+    out = tmp_path / "run"
+    assert main([*COPY, "--steps", "2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    sigint_first(monkeypatch, CopyTask, "prepare")
+    err = fails(capsys, ["train", "--resume", out, "--steps", "4"], code=130)
+    assert err == f"interrupted by SIGINT: {out / 'checkpoint.pt'} keeps update 2; {go_on(out)}"
+    assert load_checkpoint(out / "checkpoint.pt", restore_rng=False).step == 2
+
+
+def test_a_sigint_during_the_report_stops_at_once_and_resume_writes_it(
+    capsys, tmp_path, monkeypatch, python_sigint
+):
+    sigint_first(monkeypatch, CopyTask, "report")  # the test BLEU's beam search, for multi30k
+    out = tmp_path / "run"
+    err = fails(capsys, [*COPY, "--steps", "6", "--eval-every", "3", "--out", out], code=130)
+    assert err == f"interrupted by SIGINT: {out / 'checkpoint.pt'} keeps update 6; {go_on(out)}"
+    assert not (out / "results.json").exists()
+    assert main(["train", "--resume", str(out)]) == 0  # what it says: the report, nothing more
+    assert json.loads((out / "results.json").read_text())["training"]["steps"] == 6
+
+
+@pytest.mark.parametrize(
+    "name, holds, stop",
+    [
+        ("replica_max_diff", "the update under way is done and saved",
+         "interrupted by SIGINT at update 6: saved {ckpt} (update 6); {go_on}"),
+        ("write_results", "the results are written",
+         "interrupted by SIGINT as the run ended: its results are written"),
+    ],
+    ids=["saving-the-last-update", "writing-the-results"],
+)  # fmt: skip
+def test_a_sigint_as_the_run_ends_is_answered_and_not_ignored(
+    capsys, tmp_path, monkeypatch, python_sigint, name, holds, stop
+):
+    sigint_first(monkeypatch, RUN, name)
+    out = tmp_path / "run"
+    assert main([*COPY, "--steps", "6", "--eval-every", "3", "--out", str(out)]) == 130
+    said = capsys.readouterr()
+    assert NOTICE.format(holds) in said.out
+    assert said.err == stop.format(ckpt=out / "checkpoint.pt", go_on=go_on(out)) + "\n"
+    assert load_checkpoint(out / "checkpoint.pt", restore_rng=False).step == 6
 
 
 # ---- 11. Ctrl-C while torch is being imported ---------------------------------------------------
@@ -299,4 +390,49 @@ def test_resume_accepts_the_runs_own_values_and_names_them_when_they_differ(caps
     err = fails(capsys, ["train", "--resume", out, "--d-model", 2 * model.d_model])
     assert err.endswith(f"--d-model {2 * model.d_model} differs from its {model.d_model}")
     err = fails(capsys, ["train", "--resume", out, "--no-tie-output"])  # a flag that turns one off
-    assert err.endswith("--tie-output False differs from its True")
+    assert err.endswith("with its own options, but it was trained without --no-tie-output")
+
+
+def test_resume_takes_a_flag_for_the_option_it_sets_not_for_its_namesake(capsys, tmp_path):
+    out = tmp_path / "run"
+    assert main([*COPY, "--steps", "2", "--warmup", "10", "--no-warmup", "--out", str(out)]) == 0
+    for again in (["--no-warmup"], ["--warmup", "10"], ["--warmup", "10", "--no-warmup"]):
+        steps = 3 + len(again)
+        assert main(["train", "--resume", str(out), *again, "--steps", str(steps)]) == 0, again
+        assert load_checkpoint(out / "checkpoint.pt", restore_rng=False).step == steps
+    capsys.readouterr()
+    err = fails(capsys, ["train", "--resume", out, "--warmup", "20"])
+    assert err.endswith("--warmup 20 differs from its 10")
+
+
+def refused(capsys, args) -> str:
+    """main(args) stops at the parser: exit status 2 and one line on standard error, returned."""
+    with pytest.raises(SystemExit) as exit_:
+        main([str(a) for a in args])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_resume_refuses_an_abbreviated_option_and_leaves_the_run_as_it_was(capsys, tmp_path):
+    out = tmp_path / "run"
+    assert main([*COPY, "--steps", "2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    err = refused(capsys, ["train", "--resume", out, "--d-mod", "64", "--steps", "3"])
+    assert "unrecognized arguments: --d-mod 64 " in err
+    assert load_checkpoint(out / "checkpoint.pt", restore_rng=False).step == 2
+
+
+@pytest.mark.parametrize(
+    "args, abbreviated",
+    [
+        (["train", "--task", "copy", "--step", "3"], "--step"),  # --steps
+        (["train", "--task", "copy", "--no-tie", "--steps", "3"], "--no-tie"),  # --no-tie-output
+        (["evaluate", "--checkpoint", "c.pt", "--lim", "3"], "--lim"),  # --limit
+        (["translate", "--checkpoint", "c.pt", "--bea", "2"], "--bea"),  # --beam
+        (["check", "attention", "a.py:f", "--time", "2"], "--time"),  # --timeout
+        (["export-onnx", "--checkpoint", "c", "--out", "o", "--tok", "t"], "--tok"),  # --tokenizer
+    ],
+)
+def test_every_command_refuses_an_abbreviated_option(capsys, args, abbreviated):
+    assert f"unrecognized arguments: {abbreviated}" in refused(capsys, args)

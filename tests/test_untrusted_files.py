@@ -1,8 +1,10 @@
-"""Untrusted checkpoints and tokenizers, and writes that meet a full disk (issue 29, items 3 to 7):
-a crafted file is refused in one line before it costs memory or runs code, a tokenizer of another run
-is refused, and a failed write names the file and leaves the previous one whole."""
+"""Untrusted checkpoints and tokenizers, and writes that meet a full disk (issue 29, items 3 to 7, and
+the review of them): a crafted file is refused in one line before it costs memory or runs code, a
+tokenizer of another run is refused, a failed write names the file and leaves the previous one whole,
+and a failed lock lets the run folder go."""
 
 import errno
+import importlib
 import os
 import shutil
 import zipfile
@@ -18,6 +20,10 @@ from annotated.data import Pair, save_tokenizer, train_tokenizer
 from annotated.files import atomic_write, sha256_of
 from annotated.model import make_model
 from annotated.training import load_checkpoint, save_checkpoint, write_manifest
+from annotated.training.folder_lock import LOCK, run_lock
+
+checkpoint_module = importlib.import_module("annotated.training.checkpoint")
+files_module = importlib.import_module("annotated.files")
 
 TINY = "--n-layers 1 --d-model 16 --d-ff 32 --n-heads 2".split()
 SENTENCES = [
@@ -86,39 +92,95 @@ def translate(capsys, checkpoint, *args):
 # ---- 3. A member that unpacks to more than the config can fill ----------------------------------
 
 
-def deflated_with_blob(path: Path, blob_bytes: int) -> None:
-    """Add a zero tensor of `blob_bytes` to the checkpoint's extras, stored as a DEFLATE member:
-    the file grows by a thousandth of that, the unpacked archive by all of it."""
+def with_blob(path: Path, blob_bytes: int) -> None:
+    """Add a tensor of `blob_bytes` to the checkpoint's extras, its bytes never written: a sparse file,
+    `blob_bytes` long but a few KB on disk, whose directory declares every member's true size."""
     state = torch.load(path, weights_only=True)
     state["extra"]["blob"] = torch.empty(blob_bytes, dtype=torch.uint8)  # never touched: no memory
-    plain = path.with_suffix(".plain")
     with torch.serialization.skip_data():  # the members' sizes, without writing their bytes
-        torch.save(state, plain)
-    with zipfile.ZipFile(plain) as src, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as dst:
-        for info in src.infolist():
-            with dst.open(info.filename, "w", force_zip64=True) as out:
-                if "/data/" in info.filename:  # skipped data: write the zeros it stands for
-                    for start in range(0, info.file_size, 1 << 22):
-                        out.write(bytes(min(1 << 22, info.file_size - start)))
-                else:
-                    out.write(src.read(info))
-    plain.unlink()
+        torch.save(state, path)
+
+
+def spy_on_loads(monkeypatch) -> list[dict]:
+    """Record the keyword arguments of every torch.load call."""
+    loads, real_load = [], torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append(k) or real_load(*a, **k))
+    return loads
 
 
 def test_a_member_that_unpacks_past_what_the_config_fills_is_refused_unread(
     capsys, monkeypatch, tmp_path, tok
 ):
     ckpt = make_run(tmp_path / "run", tok)
-    deflated_with_blob(ckpt, 2**27)  # 128 MiB of zeros in a file of a few hundred KB
-    assert ckpt.stat().st_size < 2**20
+    with_blob(ckpt, 2**27)  # 128 MiB of tensor data for a model of a few KB
     write_manifest(tmp_path / "run", "r1", 1)
-    loads = []
-    real_load = torch.load
-    monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append(k) or real_load(*a, **k))
+    loads = spy_on_loads(monkeypatch)
     code, out, err = translate(capsys, ckpt, "Ein Hund.")
     assert code == 2 and out == "" and err.count("\n") == 1, err
     assert str(ckpt) in err and "unpack to 128 MiB" in err and "refused unread" in err
     assert all(k.get("map_location") == "meta" for k in loads)  # no tensor data was read
+
+
+def rezipped(path: Path, pickle_bytes: bytes, pickle_compression: int) -> None:
+    """Replace the checkpoint's data.pkl with `pickle_bytes`, stored with `pickle_compression`."""
+    plain = path.with_suffix(".plain")
+    path.rename(plain)
+    with zipfile.ZipFile(plain) as src, zipfile.ZipFile(path, "w") as dst:
+        for info in src.infolist():
+            if info.filename.endswith("/data.pkl"):
+                dst.writestr(info.filename, pickle_bytes, compress_type=pickle_compression)
+            else:
+                dst.writestr(info, src.read(info))
+    plain.unlink()
+
+
+def test_a_compressed_pickle_is_refused_unread(capsys, monkeypatch, tmp_path, tok):
+    ckpt = make_run(tmp_path / "run", tok)
+    # a list of a million empty dicts, a byte each: 1 MB that unpickles to 90 MB, deflated to 1 KB
+    empty_dicts = b"\x80\x02](" + b"}" * 10**6 + b"e."
+    rezipped(ckpt, empty_dicts, zipfile.ZIP_DEFLATED)
+    assert ckpt.stat().st_size < len(empty_dicts) / 10  # deflate packs it a hundredfold
+    write_manifest(tmp_path / "run", "r1", 1)
+    loads = spy_on_loads(monkeypatch)
+    code, out, err = translate(capsys, ckpt, "Ein Hund.")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert f"{ckpt} is not a checkpoint: its member" in err and "data.pkl is compressed" in err
+    assert loads == []  # nothing was unpickled
+
+
+def test_a_pickle_larger_than_a_long_runs_is_refused_unread(capsys, monkeypatch, tmp_path, tok):
+    ckpt = make_run(tmp_path / "run", tok)
+    state = torch.load(ckpt, weights_only=True)
+    # a loss curve costs about 20 pickled bytes per update: 6 MB after the paper's 300K updates
+    for size, code in ((6_000_000, 0), (20 * 2**20, 2)):  # 20 MiB, stored as it is: refused
+        state["extra"]["curve"] = "x" * size
+        torch.save(state, ckpt)
+        write_manifest(tmp_path / "run", "r1", 1)
+        with monkeypatch.context() as m:
+            loads = spy_on_loads(m)
+            assert translate(capsys, ckpt, "Ein Hund.")[0] == code
+    assert loads == []  # the 20 MiB pickle was refused before torch.load
+    with pytest.raises(ValueError, match=r"its pickle unpacks to 20 MiB.*refused unread"):
+        load_checkpoint(ckpt)
+
+
+def test_a_checkpoint_replaced_while_it_is_checked_is_read_from_the_one_checked(
+    monkeypatch, tmp_path
+):
+    model = make_model(5, 5, n_layers=1, d_model=8, d_ff=8, n_heads=2, max_len=20)
+    save_checkpoint(tmp_path / "checkpoint.pt", model, step=1)
+    save_checkpoint(tmp_path / "newer.pt", model, step=2)
+    checked_config = checkpoint_module._checked_config
+
+    def replaced_meanwhile(*args):  # the run saves its next checkpoint between checks and load
+        cfg = checked_config(*args)
+        os.replace(tmp_path / "newer.pt", tmp_path / "checkpoint.pt")
+        return cfg
+
+    with monkeypatch.context() as m:
+        m.setattr(checkpoint_module, "_checked_config", replaced_meanwhile)
+        assert load_checkpoint(tmp_path / "checkpoint.pt", restore_rng=False).step == 1
+    assert load_checkpoint(tmp_path / "checkpoint.pt", restore_rng=False).step == 2  # replaced
 
 
 # ---- 4. A tokenizer of another run ---------------------------------------------------------------
@@ -264,3 +326,43 @@ def test_other_failed_writes_keep_their_own_error(tmp_path):
     with pytest.raises(PermissionError):  # not a full disk: the error as it came
         atomic_write(tmp_path / "a.json", refuses)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_writes_do_only_what_windows_allows(monkeypatch, tmp_path):
+    fcntl = pytest.importorskip("fcntl")
+    real_fsync, real_open = os.fsync, os.open
+
+    def windows_fsync(fd):  # Windows flushes only a file opened for writing
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        real_fsync(fd)
+
+    def windows_open(path, flags, *args):  # and opens no folder as a file
+        if os.path.isdir(path):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "fsync", windows_fsync)
+    with files_module.atomic_path(tmp_path / "model.onnx") as tmp:
+        tmp.write_bytes(b"graph")
+    assert (tmp_path / "model.onnx").read_bytes() == b"graph" and temporaries(tmp_path) == []
+    monkeypatch.setattr(os, "open", windows_open)
+    with monkeypatch.context() as m:  # only around the call: pathlib picks its class by os.name
+        m.setattr(os, "name", "nt")
+        files_module._sync_folder(tmp_path)
+
+
+@pytest.mark.parametrize("fails", ["ftruncate", "write"])
+def test_a_lock_whose_note_cannot_be_written_lets_the_folder_go(monkeypatch, tmp_path, fails):
+    pytest.importorskip("fcntl")  # Windows takes no lock
+
+    def disk_full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(os, fails, disk_full)
+        with pytest.raises(OSError, match="No space left"), run_lock(tmp_path):
+            raise AssertionError("the lock was held without its note")
+    assert not (tmp_path / LOCK).exists()
+    with run_lock(tmp_path):  # the same process takes it again: the first one's file was closed
+        assert (tmp_path / LOCK).read_text().startswith(f"process {os.getpid()}")

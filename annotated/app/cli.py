@@ -32,6 +32,7 @@ from ..training.interrupts import Signals
 from ..training.processes import device_of, start_runtime, stop_runtime
 from annotated.training.runs import (
     MANIFEST,
+    RunFolder,
     Stop,
     remove_stale_temporaries,
     writable_file,
@@ -76,7 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_onnx(sub)  # notebook 19
     return parser
 
+
+def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+
 # %% ../../notebooks/16_command_line.ipynb #c008
+def _typed(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, argparse.Action]:
+    """Each option that argv gives, as typed (`--no-tie-output`), with the parser's action for it."""
+    actions = {s: a for a in parser._actions for s in a.option_strings}  # exact names: no abbreviation
+    return {t: actions[t] for a in argv if (t := a.split("=", 1)[0]) in actions}
+
+
 def resume_config(args: argparse.Namespace) -> tuple[RunConfig, Checkpoint]:
     """`train --resume DIR`: the saved run's own options (the budget may grow) and its checkpoint."""
     folder = Path(args.resume)
@@ -91,14 +102,17 @@ def resume_config(args: argparse.Namespace) -> tuple[RunConfig, Checkpoint]:
     own = {**saved, **{k: v for k, v in vars(ckpt.model.cfg).items() if saved.get(k, 0) is None}}
     if "d_k" in own and own["d_k"] is None:
         own["d_k"] = own["d_model"] // own["n_heads"]
-    for name, value in vars(args).items():
-        flag = f"--{name.replace('_', '-')}"
-        given = any(a.split("=")[0] in (flag, f"--no-{flag[2:]}") for a in args.argv)
-        if given and name in own and value != own[name] and name not in ("steps", "minutes"):
-            was = f"its {own[name]!r}" if own[name] is not None else f"the run's: it had no {flag}"
+    for flag, action in _typed(_subcommand(build_parser(), "train"), args.argv).items():
+        name, value = action.dest, getattr(args, action.dest)
+        if name in own and value != own[name] and name not in ("steps", "minutes"):
+            if action.nargs == 0:  # a flag such as --no-warmup: the run did without it
+                differs = f"it was trained without {flag}"
+            elif own[name] is None:
+                differs = f"{flag} {value} differs from the run's: it had no {flag}"
+            else:
+                differs = f"{flag} {value} differs from its {own[name]!r}"
             raise ValueError(
-                f"--resume continues run {ckpt.extra['run']} with its own options, but {flag} "
-                f"{value} differs from {was}"
+                f"--resume continues run {ckpt.extra['run']} with its own options, but {differs}"
             )
     budget = {k: getattr(args, k) for k in ("steps", "minutes") if getattr(args, k) is not None}
     return run_config({**saved, **budget, "out": str(folder)}), ckpt
@@ -122,10 +136,23 @@ def cmd_train(args: argparse.Namespace) -> int:
     with Signals() as signals:  # until the last line: a late second Ctrl-C cuts nothing short
         try:
             _train_in_folder(cfg, run, args.argv, signals, resumed)
-        except Stop as stop:  # a signal or a diverging run: the message says what was kept
-            print(stop, file=sys.stderr)
-            return stop.code
-    return 0
+        except KeyboardInterrupt:  # a signal before `train` took over (the lock, the processes)
+            if signals.received is None:  # not one that Signals caught
+                raise
+            stop = _interrupted_early(cfg, run, signals, resumed)
+        except Stop as err:  # a signal or a diverging run: the message says what was kept
+            stop = err
+        else:
+            return 0
+        print(stop, file=sys.stderr)
+        return stop.code
+
+
+def _interrupted_early(cfg: RunConfig, run: str, signals: Signals, resumed) -> Stop:
+    """The line of a run stopped before it trained: what its folder keeps (a resumed run's checkpoint)."""
+    folder = RunFolder(cfg.out, run, {}, cfg.task, main=True)
+    folder.saved_step = resumed.step if resumed else None
+    return folder.interrupted(signals, None)
 
 
 def _train_in_folder(cfg: RunConfig, run: str, argv: list[str], signals, resumed) -> None:
@@ -218,8 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "preset", None):  # the recipe's values become defaults: given options win
-        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        sub.choices["train"].set_defaults(**PRESETS[args.preset])
+        _subcommand(parser, "train").set_defaults(**PRESETS[args.preset])
         args = parser.parse_args(argv)
     args.argv = argv  # recorded in the results file
     try:

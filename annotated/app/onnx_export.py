@@ -93,9 +93,9 @@ def export_translator(
         "checkpoint_sha256": sha256_of(Path(checkpoint)),
         "tokenizer_sha256": sha256_of(tok_path),
     }
-    # every file goes to a temporary name beside it, and all four are renamed only when all are whole:
-    # a full disk or a kill leaves the previous export as it was (the stack renames in reverse order
-    # of entry, so translator.json, entered first, is renamed last)
+    # every file is written whole under a temporary name beside it first, then they are renamed one
+    # by one, translator.json last (the stack renames in reverse order of entry): a reader never sees
+    # a half-written file, and a full disk or a kill while writing leaves the previous export as it was
     with contextlib.ExitStack() as stack:
         names = [*files.values(), "tokenizer.json", "translator.json"]
         tmp = {name: stack.enter_context(atomic_path(out / name)) for name in reversed(names)}

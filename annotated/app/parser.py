@@ -35,6 +35,11 @@ OLD_NAMES = {"scale_attention": ("--no-scale",)}  # option names that earlier ve
 class OneLineErrors(argparse.ArgumentParser):
     """An argument parser that reports a usage error in one line on standard error."""
 
+    def __init__(self, *args, allow_abbrev: bool = False, **kwargs):
+        # exact option names only (its subcommands' parsers too): `--d-mod 64` is an error, not
+        # `--d-model 64` in disguise, so the line says exactly which options it gives
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
+
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
 

@@ -8,6 +8,7 @@ __all__ = ['train']
 # %% ../../notebooks/25_tasks.ipynb #c015
 import dataclasses
 import math
+import signal
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from ..training.interrupts import Signals
 from ..training.processes import Runtime, replica_max_diff
 from annotated.training.runs import (
     RunFolder,
+    Stop,
     hardware,
     resume_into,
     run_record,
@@ -46,7 +48,7 @@ def train(cfg: RunConfig, rt: Runtime, run: str, argv: list[str], signals=None,
     signals = signals if signals is not None else Signals()  # not installed: no signal comes
     try:
         return _train(task, cfg, rt, run, argv, signals, resumed, folder)
-    except KeyboardInterrupt:  # a signal too many: stopped at once, the message says what is kept
+    except KeyboardInterrupt:  # a signal that stops at once: the message says what is kept
         if signals.received is None:  # not one of the signals that Signals caught
             raise
         raise folder.interrupted(signals, None) from None
@@ -96,7 +98,7 @@ def _train(task: Task, cfg, rt, run, argv, signals, resumed, folder) -> dict:
             save(step)
 
     stop = lambda: should_stop(rt, trainer.step, cfg.steps, deadline, signals)  # noqa: E731
-    with signals.hold():  # a double Ctrl-C lets the update, evaluation and save under way end
+    with signals.hold("the update under way is done and saved"):  # a double Ctrl-C too
         trainer.fit(task.batches(trainer.step, progress), progress=False, callback=after, stop=stop)
         step = trainer.step
         folder.finish(signals, step, cfg.minutes, lambda: save(step))
@@ -106,12 +108,18 @@ def _train(task: Task, cfg, rt, run, argv, signals, resumed, folder) -> dict:
         if not snapshots.steps or snapshots.steps[-1] != step:  # the final weights: a snapshot
             snapshots.add(step, model)
         save(step)
+    if signals.received is not None:  # it came while the last update was saved
+        raise folder.interrupted(signals, step)
     trained = {"steps": step, "wall": wall, "replica_diff": diff, "evals": evals}
-    report = task.report(model, snapshots, trained, folder)
+    report = task.report(model, snapshots, trained, folder)  # no hold: a signal stops it at once
     results = {**run_record(task.title, run, argv, rt, model), **report,
                "train_curve": curve[:: max(1, len(curve) // 200)]}
-    with signals.hold():
+    with signals.hold("the results are written"):
         write_results(Path(cfg.results) if cfg.results else folder.out / "results.json", results)
         folder.drop_snapshots()
         write_manifest(folder.out, run, step)
+    if signals.received is not None:  # too late to stop anything: all is written
+        name = signal.Signals(signals.received).name
+        raise Stop(f"interrupted by {name} as the run ended: its results are written",
+                   128 + signals.received)
     return results

@@ -117,11 +117,12 @@ def _waited(child: subprocess.Popen, marks: Path, timeout: float) -> int | None:
 
 
 def _stop(child: subprocess.Popen) -> None:
-    if child.poll() is None:
-        if os.name == "posix":
-            os.killpg(child.pid, signal.SIGKILL)  # the child leads its group: all it started ends
-        else:
-            child.kill()
+    """End the child and (POSIX) all it started, also when the child has ended by itself."""
+    if os.name == "posix":  # the child leads its group: whatever is left in it ends
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is empty
+            os.killpg(child.pid, signal.SIGKILL)
+    elif child.poll() is None:  # Windows: the child alone (what it started may outlive it)
+        child.kill()
     child.wait()
 
 # %% ../../notebooks/17a_grading.ipynb #aaec2d41

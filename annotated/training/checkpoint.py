@@ -11,6 +11,7 @@ import os
 import re
 import zipfile
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 from torch import Tensor
@@ -83,23 +84,31 @@ class Checkpoint:
                 torch.cuda.set_rng_state_all([s.cpu() for s in self.rng_state["cuda"]])
 
 # %% ../../notebooks/12b_checkpoints.ipynb #c038
-_MAX_PICKLE = 2**28  # bytes of the pickled part (config, step, extras, loss curve): never near this
+# bytes of the pickled part: 0.1 MiB for the paper's base model with Adam's state, plus about 20 bytes
+# per update of loss curve (2 MiB after the base model's 100K updates, 6 MiB after the big one's 300K).
+# Unpickling can cost 90 times the bytes (a crafted pickle of empty dicts): the cap stays small.
+_MAX_PICKLE = 2**24
 
 
-def _member_sizes(path) -> dict[str, int]:
-    """Each member's unpacked size as the zip's directory declares it; nothing is unpacked yet."""
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"no checkpoint file at {path}")
-    if not zipfile.is_zipfile(path):  # a zip's directory is at its end: a cut-off file fails too
+def _member_sizes(path, f: BinaryIO) -> dict[str, int]:
+    """Each member's size as the zip's directory declares it; stored members only, nothing unpacked."""
+    if not zipfile.is_zipfile(f):  # a zip's directory is at its end: a cut-off file fails too
         raise ValueError(
             f"{path} is not a checkpoint: expected the zip archive that torch.save writes, "
             "got a file that is truncated or of another kind"
         )
     try:
-        with zipfile.ZipFile(path) as archive:
-            sizes = {info.filename: info.file_size for info in archive.infolist()}
+        with zipfile.ZipFile(f) as archive:
+            infos = archive.infolist()
     except Exception as err:  # a damaged directory
         raise ValueError(f"{path} is damaged: {type(err).__name__}: {err}") from err
+    for info in infos:  # torch.save stores members as they are: no member unpacks past the file
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise ValueError(
+                f"{path} is not a checkpoint: its member {info.filename} is compressed, which "
+                "torch.save never does (it could unpack to far more than the file); refused unread"
+            )
+    sizes = {info.filename: info.file_size for info in infos}
     pickled = sum(n for name, n in sizes.items() if name.endswith(".pkl"))
     if pickled > _MAX_PICKLE:
         raise ValueError(
@@ -109,9 +118,9 @@ def _member_sizes(path) -> dict[str, int]:
     return sizes
 
 
-def _check_crc(path, names: list[str]) -> None:
+def _check_crc(path, f: BinaryIO, names: list[str]) -> None:
     """Refuse members whose bytes do not match their CRC-32: damage would otherwise load as garbage."""
-    with zipfile.ZipFile(path) as archive:
+    with zipfile.ZipFile(f) as archive:
         for name in names:
             try:
                 with archive.open(name) as member:
@@ -124,10 +133,11 @@ def _check_crc(path, names: list[str]) -> None:
                 ) from err
 
 
-def _load(path, map_location) -> object:
+def _load(path, f: BinaryIO, map_location) -> object:
     """torch.load with weights_only: tensors and plain containers only, never arbitrary objects."""
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        f.seek(0)
+        return torch.load(f, map_location=map_location, weights_only=True)
     except Exception as err:  # a damaged archive, or objects that weights_only refuses to build
         text = str(err)
         if "Weights only load failed" in text:  # PyTorch's many lines name the object it refused
@@ -189,19 +199,22 @@ def _checked_config(path, state: dict, unpacked: int) -> TransformerConfig:
 # %% ../../notebooks/12b_checkpoints.ipynb #d873f3ea
 def _read_checkpoint(path: str | os.PathLike, map_location) -> tuple[dict, TransformerConfig]:
     """The state and its config, checked: the archive, the structure on `meta`, then the data."""
-    sizes = _member_sizes(path)
-    pickled = [name for name in sizes if name.endswith(".pkl")]
-    _check_crc(path, pickled)  # read next, to be unpickled
-    state = _load(path, "meta")  # the structure and every shape, and not one byte of tensor data
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        got = sorted(map(str, state))[:8] if isinstance(state, dict) else type(state).__name__
-        raise ValueError(
-            f"{path} is not an annotated checkpoint: expected a dict with format "
-            f"{CHECKPOINT_FORMAT!r} and keys {list(_CHECKPOINT_KEYS)}, got {got}"
-        )
-    cfg = _checked_config(path, state, sum(n for k, n in sizes.items() if k not in pickled))
-    _check_crc(path, [name for name in sizes if name not in pickled])  # now known to be of a sane size
-    state = _load(path, map_location)
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no checkpoint file at {path}")
+    with open(path, "rb") as f:  # opened once: a file replaced meanwhile is never half-checked
+        sizes = _member_sizes(path, f)
+        pickled = [name for name in sizes if name.endswith(".pkl")]
+        _check_crc(path, f, pickled)  # read next, to be unpickled
+        state = _load(path, f, "meta")  # the structure and every shape, not one byte of tensor data
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+            got = sorted(map(str, state))[:8] if isinstance(state, dict) else type(state).__name__
+            raise ValueError(
+                f"{path} is not an annotated checkpoint: expected a dict with format "
+                f"{CHECKPOINT_FORMAT!r} and keys {list(_CHECKPOINT_KEYS)}, got {got}"
+            )
+        cfg = _checked_config(path, state, sum(n for k, n in sizes.items() if k not in pickled))
+        _check_crc(path, f, [name for name in sizes if name not in pickled])  # of a sane size now
+        state = _load(path, f, map_location)
     weights = state["model"]
     bad = [k for k, t in weights.items() if t.is_floating_point() and not t.isfinite().all()]
     if bad:

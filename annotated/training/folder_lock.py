@@ -42,9 +42,10 @@ def run_lock(folder, option: str = "--out"):
             if os.path.samestat(os.fstat(fd), os.stat(path)):
                 break  # else the holder removed the file while we opened it: open the new one
         os.close(fd)
-    os.ftruncate(fd, 0)
-    os.write(fd, f"process {os.getpid()} on {socket.gethostname()}, since {time.ctime()}".encode())
-    try:
+    try:  # a failed write (a full disk) must still let the lock go
+        os.ftruncate(fd, 0)
+        holder = f"process {os.getpid()} on {socket.gethostname()}, since {time.ctime()}"
+        os.write(fd, holder.encode())
         yield
     finally:
         path.unlink(missing_ok=True)  # before the unlock: a run that opened this file opens anew

@@ -7,37 +7,48 @@ __all__ = ['Signals']
 
 # %% ../../notebooks/24_runs.ipynb #530d772a
 import contextlib
+import os
 import signal
+import sys
 import threading
 
 
 class Signals:
     """Turn SIGINT and SIGTERM into a flag that the training loop reads after each update.
 
-    A second signal stops at once, except while the loop holds (`hold()`): then the update and the
-    save under way end first, and only a third signal stops at once."""
+    Inside `hold()` (the loop) the first signal asks to stop once the update and the save under way
+    end, and says so; a second one, an impatient double press, changes nothing; a third stops at once.
+    Outside (setting up, the final report) the first signal stops at once."""
 
     def __init__(self):
         self.received: int | None = None  # the first signal
-        self.count, self.holding = 0, False
+        self.count, self.holding, self.until = 0, False, ""
         self.before: dict = {}
 
     def handle(self, signum, frame) -> None:
         self.count += 1
         if self.received is None:
             self.received = signum
-        elif self.count > 1 + self.holding:  # a double Ctrl-C waits for the save; a third does not
+            if self.holding:
+                _say(f"{signal.Signals(signum).name}: stopping once {self.until} "
+                     "(a third Ctrl-C stops at once)")
+                return
+            self.holding = True  # stopping now: the second signal of a double press waits for it
+            raise KeyboardInterrupt
+        if self.count > 2:  # a third signal: at once, whatever is under way
             raise KeyboardInterrupt
 
     @contextlib.contextmanager
-    def hold(self):
-        """Inside: a second signal acts as the first (end this update, save, stop). Once a signal
-        has come, the hold lasts until the handlers are put back: the run is ending."""
-        before, self.holding = self.holding, True
+    def hold(self, until: str = "the work under way is done"):
+        """Inside: the first signal asks to stop once `until` holds ("the update under way is saved"),
+        a second acts as the first. Once a signal has come, the hold lasts until the handlers are
+        put back: the run is ending."""
+        before = self.holding, self.until
+        self.holding, self.until = True, until
         try:
             yield
         finally:
-            self.holding = before or self.received is not None
+            self.holding, self.until = before[0] or self.received is not None, before[1]
 
     def __enter__(self) -> "Signals":
         if threading.current_thread() is threading.main_thread():  # only there can handlers be set
@@ -48,3 +59,12 @@ class Signals:
     def __exit__(self, *exc) -> None:
         for sig, handler in self.before.items():
             signal.signal(sig, handler)
+
+
+def _say(line: str) -> None:
+    """Print one line from a signal handler, which may have come in the middle of another print."""
+    with contextlib.suppress(OSError, ValueError, RuntimeError):  # no standard output: say nothing
+        try:
+            print(line, flush=True)
+        except RuntimeError:  # "reentrant call": the print under way holds the stream's buffer
+            os.write(sys.stdout.fileno(), f"{line}\n".encode())
