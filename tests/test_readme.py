@@ -1,4 +1,4 @@
-"""The README's usage snippet runs exactly as written."""
+"""The README: its usage snippet runs exactly as written, and its Start here box tells the truth."""
 
 import re
 from pathlib import Path
@@ -23,3 +23,37 @@ def test_readme_snippet_runs(capsys):
 def test_readme_gives_the_two_commands():
     text = README.read_text(encoding="utf-8")
     assert "make book" in text and "make test" in text
+
+
+def test_the_start_here_box_states_the_core_paths_length_as_it_is():
+    """Chapters, words and lines of code of the core path (the book's parts before Experiments)."""
+    import json
+
+    import yaml
+
+    root = README.parent
+    toc = yaml.safe_load((root / "book" / "_toc.yml").read_text())
+    core = []
+    for part in toc["parts"]:
+        if part["caption"] == "Experiments":
+            break
+        core += [c["file"] for c in part["chapters"] if c["file"].startswith("notebooks/")]
+    words = lines = 0
+    for name in core:
+        for cell in json.loads((root / "book" / f"{name}.ipynb").read_text())["cells"]:
+            text = "".join(cell["source"])
+            if cell["cell_type"] == "markdown":
+                words += len(text.split())
+            else:
+                lines += sum(
+                    1 for ln in text.splitlines() if ln.strip() and not ln.startswith("#|")
+                )
+    said = re.search(
+        r"is (\d+) chapters with about ([\d,]+) words of prose.*?and ([\d,]+) lines of code",
+        " ".join(README.read_text(encoding="utf-8").replace(">", " ").split()),
+    )
+    assert said, "README.md's Start here box should state the core path's length"
+    chapters, said_words, said_lines = (int(g.replace(",", "")) for g in said.groups())
+    assert chapters == len(core)
+    assert abs(said_words - words) <= 0.1 * words, f"the core path has {words} words now"
+    assert abs(said_lines - lines) <= 0.1 * lines, f"the core path has {lines} lines of code now"
