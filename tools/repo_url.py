@@ -44,7 +44,12 @@ EXTERNAL = {"bentrevett/pytorch-seq2seq"}
 
 
 def files() -> list[Path]:
-    found = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "environment.yml", ROOT / "book" / "_config.yml"]
+    found = [
+        ROOT / "README.md",
+        ROOT / "CONTRIBUTING.md",
+        ROOT / "environment.yml",
+        ROOT / "book" / "_config.yml",
+    ]
     found += [ROOT / "book" / "intro.md", ROOT / "book" / "concordance.md"]
     found += sorted((ROOT / "notebooks").glob("*.ipynb"))
     return [p for p in found if p.exists()]
