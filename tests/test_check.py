@@ -34,6 +34,8 @@ from annotated import (
 )
 from annotated.app import main
 
+from torch_reference import torch_attn_mask
+
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(d_model=32, n_layers=2, d_ff=64, n_heads=4)
 
@@ -49,8 +51,7 @@ class TorchMultiHead(nn.Module):
 
     def forward(self, query, key, value, mask=None):
         if mask is not None:
-            B, T, S = query.size(0), query.size(1), key.size(1)
-            mask = ~mask.expand(B, self.mha.num_heads, T, S).reshape(-1, T, S)
+            mask = torch_attn_mask(mask, query, key, self.mha.num_heads)
         return self.mha(query, key, value, attn_mask=mask, need_weights=False)[0]
 
 

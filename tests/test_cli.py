@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import TINY
 from conftest import DATA
 
 import annotated.app.cli as cli
@@ -21,7 +22,6 @@ from annotated.model import TransformerConfig
 from annotated.training import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = "--n-layers 1 --d-model 16 --d-ff 32 --n-heads 2".split()
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import COPY, SENTENCES, fails, listing
 
 import annotated.training.runs as runs
 from annotated.app import main
@@ -29,25 +30,10 @@ from annotated.training import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = "--n-layers 1 --d-model 16 --d-ff 32 --n-heads 2".split()
-COPY = ["train", "--task", "copy", *TINY]
 NO_CUDA = not torch.cuda.is_available()
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
-
-def fails(capsys, args, code=2):
-    """Run main(args); check the exit code and that stderr is exactly one line; return that line."""
-    assert main([str(a) for a in args]) == code
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    return err.strip()
-
-
-def listing(folder: Path) -> list[str]:
-    """Every file and folder under `folder`, hidden ones (temporary files) included."""
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
 
 
 def temporaries(folder: Path) -> list[str]:
@@ -55,13 +41,6 @@ def temporaries(folder: Path) -> list[str]:
 
 
 # ---- A tiny Multi30k-like run folder: checkpoint, tokenizer, manifest ----------------------------
-
-SENTENCES = [
-    ("Ein Hund läuft.", "A dog runs."),
-    ("Eine Frau liest ein Buch.", "A woman reads a book."),
-    ("Zwei Kinder spielen im Park.", "Two children play in the park."),
-    ("Ein Mann fährt Fahrrad.", "A man rides a bike."),
-] * 5
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import COPY, SENTENCES, fails, listing
 
 import annotated.app.cli as cli
 import annotated.training.runs as runs
@@ -25,23 +26,8 @@ from annotated.training import Trainer, load_checkpoint, save_checkpoint, write_
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = importlib.import_module("annotated.app.run")  # the module, not its function `train`
-TINY = "--n-layers 1 --d-model 16 --d-ff 32 --n-heads 2".split()
-COPY = ["train", "--task", "copy", *TINY]
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
-
-def fails(capsys, args, code=2) -> str:
-    """Run main(args); check the exit code and that stderr is exactly one line; return that line."""
-    assert main([str(a) for a in args]) == code
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    return err.strip()
-
-
-def listing(folder: Path) -> list[str]:
-    """Every file and folder under `folder`, hidden ones (a lock, temporary files) included."""
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
 
 
 def start(*args, stdin=None) -> subprocess.Popen:
@@ -97,12 +83,6 @@ def test_a_second_run_on_the_same_out_is_refused_naming_the_first(capsys, tmp_pa
 
 
 # ---- 9. translate streams its output ------------------------------------------------------------
-
-SENTENCES = [
-    ("Ein Hund läuft.", "A dog runs."),
-    ("Eine Frau liest ein Buch.", "A woman reads a book."),
-    ("Zwei Kinder spielen im Park.", "Two children play in the park."),
-] * 5
 
 
 @pytest.fixture(scope="module")

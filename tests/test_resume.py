@@ -6,11 +6,11 @@ import signal
 
 import pytest
 import torch
+from cli_helpers import TINY
 
 from annotated.app import main
 from annotated.training import Trainer
 
-TINY = "--n-layers 1 --d-model 16 --d-ff 32 --n-heads 2".split()
 # dropout on: every update draws masks from the global generator, so its state must survive the stop
 RUN = ["train", "--task", "copy", *TINY, "--dropout", "0.3", "--steps", "10", "--eval-every", "4"]
 RUN += ["--average", "2", "--eval-size", "16", "--batch-size", "8"]

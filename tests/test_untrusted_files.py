@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from cli_helpers import SENTENCES, TINY, fails
 
 import annotated.app.tasks as tasks
 from annotated.app import main
@@ -25,13 +26,6 @@ from annotated.training.folder_lock import LOCK, run_lock
 checkpoint_module = importlib.import_module("annotated.training.checkpoint")
 files_module = importlib.import_module("annotated.files")
 
-TINY = "--n-layers 1 --d-model 16 --d-ff 32 --n-heads 2".split()
-SENTENCES = [
-    ("Ein Hund läuft.", "A dog runs."),
-    ("Eine Frau liest ein Buch.", "A woman reads a book."),
-    ("Zwei Kinder spielen im Park.", "Two children play in the park."),
-    ("Ein Mann fährt Fahrrad.", "A man rides a bike."),
-] * 5
 OTHER_SENTENCES = [  # another run's data: a tokenizer of the same size with other subwords
     ("Drei Katzen schlafen auf dem Sofa.", "Three cats sleep on the sofa."),
     ("Ein Junge wirft einen roten Ball.", "A boy throws a red ball."),
@@ -41,14 +35,6 @@ OTHER_SENTENCES = [  # another run's data: a tokenizer of the same size with oth
 VOCAB = 60
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
-
-def fails(capsys, args, code=2) -> str:
-    """Run main(args); check the exit code and that stderr is one line; return that line."""
-    assert main([str(a) for a in args]) == code
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    return err.strip()
 
 
 def temporaries(folder: Path) -> list[str]:

@@ -8,6 +8,13 @@ import torch
 from torch import nn
 
 
+def torch_attn_mask(mask, query, key, n_heads: int):
+    """Our mask (bool, broadcastable to (B, H, T, S), True = may attend) as nn.MultiheadAttention's
+    bool attn_mask: (B * H, T, S), True = hide."""
+    B, T, S = query.size(0), query.size(1), key.size(1)
+    return ~mask.expand(B, n_heads, T, S).reshape(-1, T, S)
+
+
 def copy_attention(ours, theirs: nn.MultiheadAttention) -> None:
     """W_q, W_k, W_v stacked into in_proj_weight (3D, D); W_o into out_proj; biases when both have them."""
     with torch.no_grad():
