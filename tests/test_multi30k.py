@@ -56,11 +56,11 @@ def test_splits_have_the_published_sizes(data_dir):
     for split, size in MULTI30K_SIZES.items():
         pairs = load_multi30k(split, data_dir)
         assert len(pairs) == size
-        assert all(isinstance(p, Pair) and p.de and p.en for p in pairs)
-        assert all(p.de == p.de.strip() and "\n" not in p.de + p.en for p in pairs)
+        assert all(isinstance(p, Pair) and p.src and p.tgt for p in pairs)
+        assert all(p.src == p.src.strip() and "\n" not in p.src + p.tgt for p in pairs)
     first = load_multi30k("train", data_dir)[0]
-    assert first.de == "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche."
-    assert first.en == "Two young, White males are outside near many bushes."
+    assert first.src == "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche."
+    assert first.tgt == "Two young, White males are outside near many bushes."
 
 
 def test_environment_variable_names_the_folder(data_dir, monkeypatch, tmp_path):

@@ -35,7 +35,8 @@ class RunOptions:
     save_every: int | None = None  # None: with every evaluation
     seed: int = 0
     device: str | None = None
-    max_tokens: int = 4096  # multi30k from here
+    direction: str = "de-en"  # multi30k from here: source-target languages
+    max_tokens: int = 4096
     vocab_size: int = 8000
     beam: int = 4
     alpha: float = 0.6

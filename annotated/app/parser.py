@@ -13,7 +13,7 @@ from collections.abc import Callable
 from ..decoding.copy_task import COPY_MODEL
 from ..data.tokenizer import decode, encode  # noqa: F401
 from ..decoding.evaluation import bleu_report, translate_ids  # noqa: F401
-from ..data.multi30k import MULTI30K_SIZES, load_multi30k  # noqa: F401
+from ..data.multi30k import DIRECTIONS, MULTI30K_SIZES, load_multi30k  # noqa: F401
 import dataclasses
 
 from .config import MODEL_FIELDS, PRESETS, RunOptions
@@ -131,6 +131,8 @@ def add_train_options(train: argparse.ArgumentParser) -> None:
 def add_task_options(parser: argparse.ArgumentParser) -> None:
     run_defaults(parser)
     add, pos_int = parser.add_argument_group("multi30k task").add_argument, positive(int)
+    add("--direction", choices=list(DIRECTIONS),
+        help="multi30k: source-target languages, German->English or English->German (default %(default)s)")
     add("--max-tokens", type=pos_int, help="multi30k: padded tokens per batch and process (default %(default)s)")
     add("--vocab-size", type=pos_int, help="multi30k: shared BPE vocabulary size (default %(default)s)")
     add("--beam", type=pos_int, help="multi30k: beam size for the final test BLEU (default %(default)s)")

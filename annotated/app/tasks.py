@@ -9,6 +9,7 @@ __all__ = ['TASKS', 'available_memory', 'check_memory', 'activation_bytes', 'che
 # %% ../../notebooks/25_tasks.ipynb #c002
 import contextlib
 import dataclasses
+import functools
 import os
 from collections.abc import Iterator
 
@@ -28,7 +29,7 @@ from annotated.data.tokenizer import (
 )
 from ..decoding.evaluation import bleu_report, evaluate_loss
 from ..model.transformer import Transformer, TransformerConfig
-from ..data.multi30k import MULTI30K_SIZES, load_multi30k
+from ..data.multi30k import DIRECTIONS, MULTI30K_SIZES, load_multi30k
 from ..training.processes import Runtime
 from annotated.training.runs import (
     RunFolder,
@@ -187,14 +188,20 @@ class CopyTask(Task):
 
 # %% ../../notebooks/25_tasks.ipynb #c013
 class Multi30kTask(Task):
-    name, title = "multi30k", "multi30k de-en"
+    name = "multi30k"
     defaults = {"warmup": 4000, "lr_factor": 1.0, "embedding_init": "normal", "eval_every": 200,
                 "log_every": 50}
+
+    @property
+    def title(self) -> str:
+        return f"multi30k {self.cfg.direction}"  # as the results file names it
 
     def check(self, device: torch.device) -> None:
         cfg = self.cfg
         if cfg.test_split not in MULTI30K_SIZES:
             raise ValueError(f"--test-split must be one of {list(MULTI30K_SIZES)}, got {cfg.test_split!r}")
+        if cfg.direction not in DIRECTIONS:
+            raise ValueError(f"--direction must be one of {list(DIRECTIONS)}, got {cfg.direction!r}")
         dims = dataclasses.asdict(self.model_config(cfg.vocab_size))
         check_positions(dims, device)
         need = activation_bytes(cfg.max_tokens, 64, dims, cfg.vocab_size, True)
@@ -202,8 +209,9 @@ class Multi30kTask(Task):
 
     def prepare(self, folder: RunFolder, resumed: Checkpoint | None) -> None:
         cfg = self.cfg
-        train, val = load_multi30k("train", cfg.data_dir), load_multi30k("val", cfg.data_dir)
-        self.test = None if cfg.no_test else load_multi30k(cfg.test_split, cfg.data_dir)  # now, not after
+        load = functools.partial(load_multi30k, data_dir=cfg.data_dir, direction=cfg.direction)
+        train, val = load("train"), load("val")
+        self.test = None if cfg.no_test else load(cfg.test_split)  # now, not after
         path = folder.out / "tokenizer.json"
         if resumed is not None:
             self.tok = load_tokenizer(path)
@@ -219,6 +227,7 @@ class Multi30kTask(Task):
                 save_tokenizer(self.tok, path)
         if self.rt.main:  # every checkpoint names its tokenizer: another one of the same size is refused
             folder.hashes["tokenizer_sha256"] = sha256_of(path)
+            folder.hashes["direction"] = cfg.direction  # and the languages it translates
         self.train_ex, self.val_ex = encode_pairs(self.tok, train), encode_pairs(self.tok, val)
         self.epoch, self.position = 0, 0
 
@@ -267,7 +276,8 @@ class Multi30kTask(Task):
                          "wall_seconds": round(trained["wall"], 1), "max_tokens_per_batch": cfg.max_tokens,
                          "warmup": cfg.warmup, "no_warmup": cfg.no_warmup, "lr_factor": cfg.lr_factor,
                          "decay_to": cfg.decay_to, "label_smoothing": cfg.label_smoothing,
-                         "vocab_size": self.tok.get_vocab_size(), "seed": cfg.seed},
+                         "vocab_size": self.tok.get_vocab_size(), "seed": cfg.seed,
+                         "direction": cfg.direction},
             "val": {"weights": used,  # the weights that the numbers below and the test BLEU belong to
                     "averaged_snapshots": len(snapshots) if used == "averaged" else 1,
                     "loss": round(val[used]["loss"], 4), "perplexity": round(val[used]["perplexity"], 3),

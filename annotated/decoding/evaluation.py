@@ -112,16 +112,16 @@ def translate_ids(
 def bleu_report(
     model, tok, pairs, beam: int, alpha: float, device, n_samples: int = 5, hypotheses: Path | None = None
 ) -> dict:
-    """Translate the German side of `pairs`; score against the English side with BLEU both ways and chrF.
+    """Translate the source side of `pairs`; score against the target side with BLEU both ways and chrF.
 
     `hypotheses`: also write the translations there, one line per sentence, whole or not at all."""
     started = time.time()
-    sources = [encode(tok, p.de) for p in pairs]
+    sources = [encode(tok, p.src) for p in pairs]
     hyps = [decode(tok, ids) for ids in translate_ids(model, sources, beam, alpha, device)]
     if hypotheses is not None:
         text = "".join(h.replace("\n", " ") + "\n" for h in hyps)
         atomic_write(hypotheses, lambda f: f.write(text.encode("utf-8")))
-    refs = [p.en for p in pairs]
+    refs = [p.tgt for p in pairs]
     detok, lower, chrf = corpus_bleu(hyps, refs), tokenized_bleu(hyps, refs), corpus_chrf(hyps, refs)
     return {
         "beam": beam,
@@ -134,7 +134,7 @@ def bleu_report(
         "chrf_signature": chrf.signature,
         "seconds": round(time.time() - started, 1),
         "samples": [
-            {"de": p.de, "reference": p.en, "translation": h}
+            {"source": p.src, "reference": p.tgt, "translation": h}
             for p, h in zip(pairs[:n_samples], hyps[:n_samples], strict=True)
         ],
     }
