@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def recipe_batches(data_dir: str, count: int, max_tokens: int) -> tuple[list[Batch], int]:
     tok = load_tokenizer(ROOT / "results" / "multi30k" / "tokenizer.json")
     pairs = load_multi30k("train", data_dir)[:8000]
-    examples = encode_pairs(tok, [(p.de, p.en) for p in pairs])
+    examples = encode_pairs(tok, [(p.src, p.tgt) for p in pairs])
     stream = token_batches(examples, max_tokens, shuffle=True, seed=0)
     batches = [Batch(src, tgt, PAD_ID) for src, tgt in islice(stream, count)]
     return batches, tok.get_vocab_size()

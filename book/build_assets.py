@@ -234,7 +234,7 @@ def write_landing_map() -> None:
     from annotated.model import causal_mask
 
     cpu = torch.device("cpu")
-    model, tok = load_for_inference(str(CHECKPOINT), None, cpu)
+    model, tok, _ = load_for_inference(str(CHECKPOINT), None, cpu)
     source = encode(tok, sentence)
     target = translate_ids(model, [source], 1, 0.0, cpu)[0] + [EOS_ID]
     with torch.no_grad():

@@ -52,7 +52,7 @@ def exported(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def python_model():
-    return load_for_inference(CHECKPOINT, None, torch.device("cpu"))
+    return load_for_inference(CHECKPOINT, None, torch.device("cpu"))[:2]  # model, tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,7 @@ def test_committed_scores_are_those_of_the_committed_translations(split):
 
 
 def test_the_checkpoint_writes_the_committed_greedy_translations():
-    model, tok = load_for_inference(str(RUN / "model_fp16.pt"), None, torch.device("cpu"))
+    model, tok, _ = load_for_inference(str(RUN / "model_fp16.pt"), None, torch.device("cpu"))
     pairs = load_multi30k("test_2016_flickr", DATA)
     sources = [encode(tok, p.src) for p in pairs]
     ours = [decode(tok, ids) for ids in translate_ids(model, sources, 1, 0.0, torch.device("cpu"))]

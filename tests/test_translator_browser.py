@@ -99,7 +99,7 @@ def validation() -> list:
 
 @pytest.fixture(scope="module")
 def python_model():
-    return load_for_inference(str(CHECKPOINT), None, torch.device("cpu"))
+    return load_for_inference(str(CHECKPOINT), None, torch.device("cpu"))[:2]  # model, tokenizer
 
 
 def python_translation(python_model, text: str, beam: int = 1) -> str:
@@ -113,19 +113,19 @@ def test_greedy_equals_python(translator, validation, python_model, capsys) -> N
     page, log = translator
     # The command itself, once, so that "equal to the command" is checked literally.
     command = [sys.executable, "-m", "annotated", "translate", "--beam", "1"]
-    command += ["--checkpoint", str(CHECKPOINT), validation[0].de]
+    command += ["--checkpoint", str(CHECKPOINT), validation[0].src]
     printed = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT).stdout
-    assert printed.strip() == python_translation(python_model, validation[0].de)
+    assert printed.strip() == python_translation(python_model, validation[0].src)
 
     differ, seconds, decoding = [], [], []
     for i, pair in enumerate(validation):
-        state, shown, took = run(page, pair.de)
+        state, shown, took = run(page, pair.src)
         assert state == "done", f"sentence {i}: the page reported {shown!r}"
         seconds.append(took)
         decoding.append(float(page.locator("#translator-output").get_attribute("data-ms")))
-        expected = python_translation(python_model, pair.de)
+        expected = python_translation(python_model, pair.src)
         if shown != expected:
-            differ.append(f"{i}: {pair.de!r}\n  page:   {shown!r}\n  python: {expected!r}")
+            differ.append(f"{i}: {pair.src!r}\n  page:   {shown!r}\n  python: {expected!r}")
     rest, inside = sorted(seconds[1:]), sorted(decoding[1:])
     with capsys.disabled():
         print(
@@ -141,9 +141,9 @@ def test_greedy_equals_python(translator, validation, python_model, capsys) -> N
 def test_beam_search_equals_python(translator, validation, python_model) -> None:
     page, log = translator
     for pair in validation[:5]:
-        state, shown, _ = run(page, pair.de, search="beam")
+        state, shown, _ = run(page, pair.src, search="beam")
         assert state == "done", shown
-        assert shown == python_translation(python_model, pair.de, beam=4), pair.de
+        assert shown == python_translation(python_model, pair.src, beam=4), pair.src
     check_clean(log)
 
 

@@ -19,7 +19,13 @@ import torch
 from .config import PRESETS, RunConfig, run_config
 from .inference import check_beam, load_for_inference, source_lines
 from .onnx_export import add_command as add_export_onnx
-from .parser import OneLineErrors, add_task_options, add_train_options, positive
+from annotated.app.parser import (
+    OneLineErrors,
+    add_direction_check,
+    add_task_options,
+    add_train_options,
+    positive,
+)
 from .run import train
 from .tasks import TASKS, with_task_defaults
 from ..check.command import add_check_command
@@ -54,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_task_options(train)
     train.set_defaults(func=cmd_train)
     evaluate = sub.add_parser("evaluate", help="BLEU of a saved Multi30k model on a split, greedy and beam")
-    translate = sub.add_parser("translate", help="translate German sentences with a saved model")
+    translate = sub.add_parser("translate", help="translate sentences with a saved model, in the languages it was trained for")
     for p in (evaluate, translate):
         p.add_argument("--checkpoint", required=True, help="checkpoint file written by 'train'")
         p.add_argument("--tokenizer", default=None,
@@ -63,11 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="beam size; 1 means greedy decoding (default 4)")
         p.add_argument("--alpha", type=float, default=0.6, help="length penalty alpha (default 0.6)")
         p.add_argument("--device", default=None, help="cpu or cuda (default cpu)")
+        add_direction_check(p)
     evaluate.add_argument("--split", default="test_2016_flickr", help="val or test_2016_flickr (default)")
     evaluate.add_argument("--limit", type=positive(int), default=None, help="score only the first N sentences")
     evaluate.add_argument("--results", default=None, help="write the report as JSON to this file")
     evaluate.add_argument("--hypotheses", default=None, metavar="DIR",
-        help="also write the translations to DIR/SPLIT.greedy.en (and SPLIT.beamN.en)")
+        help="also write the translations to DIR/SPLIT.greedy.LANG (and SPLIT.beamN.LANG), LANG the target language")
     evaluate.add_argument("--data-dir", default=None, help="directory with the Multi30k files")
     evaluate.set_defaults(func=cmd_evaluate)
     translate.add_argument("text", nargs="*",
@@ -189,13 +196,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         writable_file(args.results, "--results")
     if args.hypotheses:
         writable_folder(Path(args.hypotheses), "--hypotheses")
-    model, tok = load_for_inference(args.checkpoint, args.tokenizer, device)
+    model, tok, direction = load_for_inference(args.checkpoint, args.tokenizer, device, args.direction)
     check_beam(args.beam, model, device)
-    pairs = load_multi30k(args.split, args.data_dir)[: args.limit]
-    report = {"split": args.split, "checkpoint": args.checkpoint}
+    pairs = load_multi30k(args.split, args.data_dir, direction=direction)[: args.limit]
+    report = {"split": args.split, "checkpoint": args.checkpoint, "direction": direction}
+    target = direction.split("-")[1]  # the language of the translations
     for beam in sorted({1, args.beam}):
         name = "greedy" if beam == 1 else f"beam{beam}"
-        out = Path(args.hypotheses) / f"{args.split}.{name}.en" if args.hypotheses else None
+        out = Path(args.hypotheses) / f"{args.split}.{name}.{target}" if args.hypotheses else None
         r = report["greedy" if beam == 1 else "beam"] = bleu_report(model, tok, pairs, beam, args.alpha, device, hypotheses=out)
         print(f"beam {beam}: BLEU {r['bleu']} ({r['bleu_signature']}), tokenized BLEU {r['tokenized_bleu']}, chrF {r['chrf']}")
     if args.results:
@@ -205,7 +213,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_translate(args: argparse.Namespace) -> int:
     device = device_of(args.device or "cpu")
-    model, tok = load_for_inference(args.checkpoint, args.tokenizer, device)
+    model, tok, _ = load_for_inference(args.checkpoint, args.tokenizer, device, args.direction)
     check_beam(args.beam, model, device)
     longest = model.cfg.max_len - 51  # greedy and beam search write up to 50 tokens more than read
     lines, size, bad = source_lines(args, tok, longest), 1, 0

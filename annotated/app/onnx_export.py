@@ -18,6 +18,8 @@ import numpy as np
 import torch
 
 from .inference import load_for_inference
+from .parser import add_direction_check
+from ..data.multi30k import LANGUAGES
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from ..files import atomic_path, sha256_of, write_error
 from annotated.app.onnx_graphs import (
@@ -69,11 +71,11 @@ class OnnxTranslator:
 
 # %% ../../notebooks/19_browser.ipynb #c027
 def export_translator(
-    checkpoint: str | Path, tokenizer: str | Path | None, out: str | Path
+    checkpoint: str | Path, tokenizer: str | Path | None, out: str | Path, direction: str | None = None
 ) -> dict:
     """Write encoder.onnx, decoder_step.onnx, tokenizer.json and translator.json into `out`."""
     tok_path = Path(tokenizer) if tokenizer else Path(checkpoint).with_name("tokenizer.json")
-    model, _ = load_for_inference(str(checkpoint), str(tok_path), torch.device("cpu"))
+    model, _, direction = load_for_inference(str(checkpoint), str(tok_path), torch.device("cpu"), direction)
     exportable, out = export_copy(model), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     src = torch.arange(4, 10)[None]  # (1, 6) any ids: the axes stay variable
@@ -83,6 +85,8 @@ def export_translator(
     cfg = model.cfg
     config = {
         "files": files,
+        "direction": direction,  # source-target languages
+        "languages": [LANGUAGES[code] for code in direction.split("-")],
         "special_ids": {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_ID},
         "vocab_size": cfg.tgt_vocab,
         "max_source_tokens": exportable.src_pos.max_len,
@@ -118,7 +122,7 @@ def export_translator(
 
 # %% ../../notebooks/19_browser.ipynb #c031
 def cmd_export_onnx(args: argparse.Namespace) -> int:
-    config = export_translator(args.checkpoint, args.tokenizer, args.out)
+    config = export_translator(args.checkpoint, args.tokenizer, args.out, args.direction)
     out = Path(args.out)
     for name in (*config["files"].values(), "tokenizer.json", "translator.json"):
         print(f"wrote {out / name} ({(out / name).stat().st_size / 1e6:.2f} MB)")
@@ -139,4 +143,5 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     export.add_argument(
         "--out", required=True, help="directory for the ONNX files and the page's JSON"
     )
+    add_direction_check(export)
     export.set_defaults(func=cmd_export_onnx)

@@ -4,7 +4,8 @@
 
 # %% auto #0
 __all__ = ['MULTI30K_URL', 'MULTI30K_SHA256', 'MULTI30K_SIZES', 'MULTI30K_ENV', 'DEFAULT_CACHE', 'LANGUAGES', 'DIRECTIONS',
-           'check_sha256', 'download_multi30k_file', 'multi30k_path', 'Pair', 'check_direction', 'load_multi30k']
+           'check_sha256', 'download_multi30k_file', 'multi30k_path', 'Pair', 'check_direction', 'direction_name',
+           'load_multi30k']
 
 # %% ../../notebooks/27_multi30k_data.ipynb #c002
 import gzip
@@ -103,6 +104,11 @@ def check_direction(direction: str) -> tuple[str, str]:
         raise ValueError(f"direction must be one of {list(DIRECTIONS)}, got direction={direction!r}")
     src, tgt = direction.split("-")
     return src, tgt
+
+
+def direction_name(direction: str) -> str:
+    """The languages of `direction` in words: "de-en" is "German->English"."""
+    return "->".join(LANGUAGES[code] for code in check_direction(direction))
 
 
 def load_multi30k(
