@@ -1,5 +1,6 @@
 """Project wiring: the public API, Binder's environment, the repository setting, CI."""
 
+import fnmatch
 import json
 import re
 import subprocess
@@ -156,3 +157,25 @@ def test_no_notebook_stores_a_progress_bar():
             for out in cell.get("outputs", []):
                 text = "".join(out.get("text", ""))
                 assert "\r" not in text, f"{path.name} {cell.get('id')}: a stored progress bar"
+
+
+def test_results_readme_says_what_reads_every_file():
+    """Every file in results/ is in the README's table of what reads it; a model file by its own path."""
+    readme = (ROOT / "results" / "README.md").read_text(encoding="utf-8")
+    cells = [line.split(" | ")[0] for line in readme.splitlines() if line.startswith("| `")]
+    listed = [name for cell in cells for name in re.findall(r"`([^`]+)`", cell)]
+
+    def covered(path: str) -> bool:
+        if path.endswith(".pt"):  # weights are big: each one is named
+            return path in listed
+        return any(
+            fnmatch.fnmatch(path, n) or (n.endswith("/") and path.startswith(n)) for n in listed
+        )
+
+    files = [
+        p.relative_to(ROOT / "results").as_posix()
+        for p in (ROOT / "results").rglob("*")
+        if p.is_file()
+    ]
+    missing = sorted(f for f in files if f != "README.md" and not covered(f))
+    assert listed and not missing, f"results/README.md does not say what reads {missing}"
