@@ -33,6 +33,7 @@ from annotated import (
     sinusoidal_encoding,
 )
 from annotated.app import main
+from annotated.check import framework as grading
 
 from torch_reference import torch_attn_mask
 
@@ -169,7 +170,10 @@ CORRECT = [
 def test_correct_implementations_pass_every_check(piece, implementation):
     report = getattr(check, piece)(*implementation)
     assert report, str(report)
-    assert all(passed for _, passed, _ in report.results)
+    assert all(r.passed for r in report.results if r.applies)
+    # nn.MultiheadAttention keeps W_q, W_k, W_v in one fused tensor: no four nn.Linear to compare with
+    expected = ["matches_reference"] if implementation[0] is TorchMultiHead else []
+    assert report.not_applicable == expected, str(report)
 
 
 @pytest.mark.slow
@@ -183,12 +187,12 @@ def test_the_paper_sized_model_passes():
 def test_a_report_is_a_table_of_named_results():
     report = check.attention(unscaled)
     assert all(
-        isinstance(name, str) and isinstance(passed, bool) and message
-        for name, passed, message in report.results
+        isinstance(name, str) and isinstance(passed, bool) and message and applies
+        for name, passed, message, applies in report.results
     )
     text, page = str(report), report._repr_html_()
     assert text.splitlines()[0].startswith("check.attention:") and "FAIL" in text
-    assert all(name in text and f"<code>{name}</code>" in page for name, _, _ in report.results)
+    assert all(r.name in text and f"<code>{r.name}</code>" in page for r in report.results)
     assert page.startswith("<div") and "<table>" in page and "scaled_by_sqrt_dk" in report.failed
 
 
@@ -197,12 +201,98 @@ def test_an_implementation_that_raises_is_reported_not_raised():
         raise RuntimeError("not written yet")
 
     report = check.attention(broken)
-    assert not report and all("not written yet" in message for _, _, message in report.results)
+    assert not report and all("not written yet" in r.message for r in report.results)
     failing_factory = check.multi_head(lambda d, h: 1 / 0)
     assert [r.name for r in failing_factory.results] == ["builds"]
     assert "ZeroDivisionError" in failing_factory.results[0].message
     not_a_module = check.layer_norm(lambda d: lambda x: x)
     assert not not_a_module and "expected an nn.Module" in not_a_module.results[0].message
+
+
+def test_a_property_that_does_not_apply_is_neither_a_pass_nor_a_failure():
+    def holds(fn):
+        return "held"
+
+    def does_not_apply(fn):
+        raise grading.NotApplicable("no such layout here")
+
+    def fails(fn):
+        raise grading.Failure("wrong")
+
+    properties = {"holds": holds, "layout": does_not_apply}
+    report = grading.run_properties("demo", lambda: None, properties)
+    assert report and report.failed == [] and report.not_applicable == ["layout"], str(report)
+    assert report.results[1] == ("layout", False, "no such layout here", False)
+    text, page = str(report), report._repr_html_()
+    assert text.splitlines() == [
+        "check.demo: 1 of 1 properties hold, 1 not applicable",
+        "  pass  holds   held",
+        "  n/a   layout  no such layout here",
+    ]
+    assert "<td>– not applicable</td>" in page and page.count("✓ pass") == 1
+    beside_a_failure = grading.run_properties("demo", lambda: None, {**properties, "fails": fails})
+    assert not beside_a_failure and beside_a_failure.failed == ["fails"]
+
+
+class FusedMultiHead(nn.Module):
+    """Correct multi-head attention that keeps W_q, W_k, W_v in one fused nn.Linear(D, 3D)."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.W_qkv = nn.Linear(d_model, 3 * d_model)  # W_q, W_k, W_v stacked
+        self.W_o = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        weights, biases = self.W_qkv.weight.chunk(3), self.W_qkv.bias.chunk(3)
+        q, k, v = (
+            F.linear(x, w, b).unflatten(-1, (self.h, -1)).transpose(1, 2)  # (B, H, len, Dk)
+            for x, w, b in zip((query, key, value), weights, biases, strict=True)
+        )
+        out, _ = annotated.attention(q, k, v, mask)  # (B, H, T, Dk)
+        return self.W_o(out.transpose(1, 2).flatten(2))  # (B, T, D)
+
+
+class ConvFeedForward(nn.Module):
+    """Eq. 2 as two 1x1 convolutions (appendix 08's exercise): no nn.Linear to build Eq. 2 from."""
+
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.conv_1, self.conv_2 = nn.Conv1d(d_model, d_ff, 1), nn.Conv1d(d_ff, d_model, 1)
+
+    def forward(self, x):  # x (B, T, D); nn.Conv1d wants (B, D, T)
+        return self.conv_2(torch.relu(self.conv_1(x.transpose(1, 2)))).transpose(1, 2)
+
+
+class TablesAsParameters(TorchTransformer):
+    """TorchTransformer with its embedding tables kept as bare parameters, not nn.Embedding."""
+
+    def __init__(self, src_vocab, tgt_vocab):
+        super().__init__(src_vocab, tgt_vocab)
+        self.src_embed = nn.Parameter(self.src_embed.weight.detach().clone())
+        self.tgt_embed = nn.Parameter(self.tgt_embed.weight.detach().clone())
+
+    def embed(self, table, tokens):
+        return F.embedding(tokens, table) * math.sqrt(self.d_model) + self.pe[: tokens.size(1)]
+
+
+@pytest.mark.parametrize(
+    "piece, implementation, inapplicable",
+    [
+        ("multi_head", FusedMultiHead, "matches_reference"),
+        ("feed_forward", ConvFeedForward, "matches_reference"),
+        ("model", TablesAsParameters, "embeddings_scaled_then_positions_added"),
+    ],
+    ids=["multi_head", "feed_forward", "model"],
+)
+def test_a_property_that_cannot_read_the_layout_reports_not_applicable(
+    piece, implementation, inapplicable
+):
+    report = getattr(check, piece)(implementation)
+    assert report and report.not_applicable == [inapplicable], str(report)
+    row = next(r for r in report.results if r.name == inapplicable)
+    assert not row.passed and "not applicable" in report._repr_html_()
+    assert [line.split()[0] for line in str(report).splitlines() if inapplicable in line] == ["n/a"]
 
 
 @pytest.mark.parametrize(

@@ -56,14 +56,14 @@ def property_names(piece: str) -> list[str]:
     grader = CHECKS[piece]
     n_args = len(inspect.signature(grader).parameters)
     report = grader(*[lambda *args: nn.Identity()] * n_args)  # builds; fails what it fails
-    names = [name for name, _, _ in report.results]
+    names = [r.name for r in report.results]
     assert names != ["builds"], f"check.{piece} did not build a stand-in: {report}"
     return names
 
 
 def assert_caught(w: Wrong) -> None:
     report = CHECKS[w.piece](*w.implementation)
-    assert [name for name, _, _ in report.results] == property_names(w.piece), str(report)
+    assert [r.name for r in report.results] == property_names(w.piece), str(report)
     assert set(report.failed) == w.caught_by, str(report)
 
 

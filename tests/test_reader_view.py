@@ -124,17 +124,18 @@ def test_wide_tables_are_labelled_by_column_for_a_phone() -> None:
     assert reader_view.label_tables(narrow) == narrow  # two columns fit a phone as they are
 
 
-def test_grader_reports_mark_each_row_pass_or_fail() -> None:
+def test_grader_reports_mark_each_row_pass_fail_or_not_applicable() -> None:
     from annotated.check.framework import Report, Result
 
-    report = Report("demo", [Result("shape_ok", True, "(B, T, D)"), Result("masked", False, "off")])
+    results = [Result("shape_ok", True, "(B, T, D)"), Result("masked", False, "off")]
+    report = Report("demo", [*results, Result("reference", False, "fused", applies=False)])
     labelled = reader_view.label_tables(f"<div>{report._repr_html_()}</div>")
     assert '<table class="check-report">' in labelled
     assert '<tr class="check-head">' in labelled
     rows = re.findall(
-        r'<tr class="check-(pass|fail)">.*?<td class="check-result">([^<]*)</td>', labelled
+        r'<tr class="check-(pass|fail|na)">.*?<td class="check-result">([^<]*)</td>', labelled
     )
-    assert rows == [("pass", "✓ pass"), ("fail", "✗ FAIL")]
+    assert rows == [("pass", "✓ pass"), ("fail", "✗ FAIL"), ("na", "– not applicable")]
 
 
 def test_long_printed_outputs_start_folded() -> None:

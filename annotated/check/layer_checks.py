@@ -22,6 +22,7 @@ from annotated.check.framework import (
     S,
     T,
     Failure,
+    NotApplicable,
     Report,
     ensure_callable,
     expect,
@@ -139,7 +140,7 @@ def positional_encoding(fn: Callable) -> Report:
 def _ff_reference(m):
     linears = [x for x in m.modules() if isinstance(x, nn.Linear)]
     if [tuple(x.weight.shape) for x in linears] != [(D_FF, D), (D, D_FF)]:
-        return "not applicable: the module does not keep W_1, W_2 as nn.Linear(D, F), nn.Linear(F, D)"
+        raise NotApplicable("the module does not keep W_1, W_2 as nn.Linear(D, F), nn.Linear(F, D)")
     W_1, W_2 = linears
     x = torch.randn(B, T, D)
     expect_close(m(x), W_2(torch.relu(W_1(x))), "output against max(0, x W_1 + b_1) W_2 + b_2")

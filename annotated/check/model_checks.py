@@ -20,6 +20,7 @@ from annotated.check.framework import (
     H,
     S,
     T,
+    NotApplicable,
     Report,
     causal,
     ensure_callable,
@@ -132,7 +133,7 @@ def _model_embedding_scale(m):
     tables = {v: [e for e in m.modules() if isinstance(e, nn.Embedding) and e.num_embeddings == v]
               for v in (SRC_VOCAB, TGT_VOCAB)}
     if not tables[SRC_VOCAB] or not tables[TGT_VOCAB]:
-        return "not applicable: no nn.Embedding of the vocabulary sizes"
+        raise NotApplicable("no nn.Embedding of the vocabulary sizes")
     seen: list[Tensor] = []
 
     def keep(module, args, output):

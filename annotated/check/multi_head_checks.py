@@ -22,6 +22,7 @@ from annotated.check.framework import (
     S,
     T,
     Failure,
+    NotApplicable,
     Report,
     causal,
     ensure_callable,
@@ -50,7 +51,7 @@ def reference_multi_head(linears: list[nn.Linear], query, key, value, mask=None)
 def _mha_reference(m):
     linears = [x for x in m.modules() if isinstance(x, nn.Linear)]
     if len(linears) != 4 or any(x.weight.shape != (D, D) for x in linears):
-        return "not applicable: the module does not keep W_q, W_k, W_v, W_o as four nn.Linear(D, D)"
+        raise NotApplicable("the module does not keep W_q, W_k, W_v, W_o as four nn.Linear(D, D)")
     x, mem = sequences()
     mask = hide_last(3) & (torch.rand(B, 1, T, S) > 0.3)  # (B, 1, T, S)
     mask[..., 0] = True

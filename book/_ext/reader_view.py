@@ -184,7 +184,9 @@ INLINE_CODE = re.compile(r"(?<!<pre>)(<code\b[^>]*>)(.*?)(</code>)", re.S)
 NAME_BREAK = re.compile(r"(?<=[A-Za-z0-9)\]])(\.|::|_)(?=[A-Za-z0-9])")
 DOCUTILS_TABLE = re.compile(r'<table class="table">(.*?)</table>', re.S)
 REPORT_TABLE = re.compile(r"<table>(<caption>check\.[^<]*</caption>.*?)</table>", re.S)
-REPORT_ROW = re.compile(r"<tr>(<td>.*?</td>)<td>(✓ pass|✗ FAIL)</td>")
+# A report row's result (Report.SHOWN, annotated/check/framework.py) and the class the row gets.
+REPORT_ROW_CLASS = {"✓ pass": "check-pass", "✗ FAIL": "check-fail", "– not applicable": "check-na"}
+REPORT_ROW = re.compile(rf"<tr>(<td>.*?</td>)<td>({'|'.join(REPORT_ROW_CLASS)})</td>")
 STACK_MIN_COLUMNS = 3  # tables this wide become one block per row on a phone (custom.css)
 
 
@@ -222,8 +224,9 @@ def label_tables(body: str) -> str:
     * a Markdown table of 3+ columns gets class "stack-on-phone" and each body cell its column's
       name in data-label: on a phone each row becomes one block;
     * a report of `check.*` (Report._repr_html_ in annotated/check/framework.py, stored in the
-      notebooks' outputs) gets class "check-report", each row "check-pass" or "check-fail" and its
-      result cell "check-result", so a FAIL looks different from a pass.
+      notebooks' outputs) gets class "check-report", each row "check-pass", "check-fail" or
+      "check-na" (not applicable) and its result cell "check-result", so a FAIL looks different
+      from a pass and a property that does not apply looks like neither.
     """
 
     def docutils_table(match: re.Match) -> str:
@@ -251,7 +254,7 @@ def label_tables(body: str) -> str:
         inner = match.group(1).replace("<tr><th>", '<tr class="check-head"><th>', 1)
         inner = REPORT_ROW.sub(
             lambda r: (
-                f'<tr class="check-{"pass" if "pass" in r.group(2) else "fail"}">'
+                f'<tr class="{REPORT_ROW_CLASS[r.group(2)]}">'
                 f'{r.group(1)}<td class="check-result">{r.group(2)}</td>'
             ),
             inner,
