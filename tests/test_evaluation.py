@@ -30,6 +30,14 @@ def test_corpus_bleu_is_sacrebleus_default():
     assert 0 < bleu.score < 100
 
 
+def test_lowercased_corpus_bleu_is_sacrebleus_lc():
+    hyps = [r.upper() for r in REFS]
+    expected = sacrebleu.corpus_bleu(hyps, [REFS], lowercase=True)
+    bleu = corpus_bleu(hyps, REFS, lowercase=True)
+    assert bleu.score == pytest.approx(expected.score) and bleu.score == pytest.approx(100)
+    assert "case:lc" in bleu.signature and corpus_bleu(hyps, REFS).score < 10
+
+
 def test_corpus_chrf_is_sacrebleus_chrf_and_gives_partial_credit():
     hyps = ["A man's dogs run on grass.", "Two kids play soccer in a t-shirt."]
     chrf = corpus_chrf(hyps, REFS)

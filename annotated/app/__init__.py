@@ -5,19 +5,16 @@ re-exports their public names.
 """
 
 from annotated.app.config import MODEL_FIELDS, RunConfig, PRESETS, RunOptions, run_config
+from annotated.app.memory import available_memory, check_memory, activation_bytes, check_positions
 from annotated.app.tasks import (
     TASKS,
-    available_memory,
-    check_memory,
-    activation_bytes,
-    check_positions,
     Task,
     CopyTask,
     Multi30kTask,
     with_task_defaults,
 )
 from annotated.app.run import train
-from annotated.app.inference import load_for_inference, check_beam, source_lines
+from annotated.app.inference import Loaded, load_for_inference, check_beam, source_lines
 from annotated.app.onnx_graphs import (
     MAX_SOURCE_TOKENS,
     EXTRA_TARGET_TOKENS,
@@ -49,6 +46,7 @@ from annotated.app.parser import (
     run_defaults,
     add_train_options,
     add_task_options,
+    add_direction_check,
 )
 from annotated.app.cli import (
     build_parser,
@@ -76,6 +74,7 @@ __all__ = [
     "Multi30kTask",
     "with_task_defaults",
     "train",
+    "Loaded",
     "load_for_inference",
     "check_beam",
     "source_lines",
@@ -105,6 +104,7 @@ __all__ = [
     "run_defaults",
     "add_train_options",
     "add_task_options",
+    "add_direction_check",
     "build_parser",
     "resume_config",
     "cmd_train",

@@ -21,7 +21,7 @@ from ..data.tokenizer import encode, load_tokenizer
 from ..files import sha256_of
 from ..model.transformer import Transformer
 from ..training.runs import check_run_file
-from .tasks import check_memory
+from .memory import check_memory
 
 # %% ../../notebooks/26_inference.ipynb #c004
 class Loaded(NamedTuple):

@@ -7,7 +7,7 @@ __all__ = ['OnnxTranslator', 'export_translator', 'cmd_export_onnx', 'add_comman
 
 # %% ../../notebooks/19_browser.ipynb #c002
 # Legend: B batch (the beams of one sentence), S source len, T target tokens so far, D d_model,
-# H heads, Dk = D/H, N layers, V vocab.
+# H heads, Dk = D/H, N layers, n_vocab vocabulary size.
 import argparse
 import contextlib
 import json
@@ -51,7 +51,7 @@ class OnnxTranslator:
         return {"cross_k": cross_k, "cross_v": cross_v}  # (N, 1, H, S, Dk) each
 
     def greedy(self, src: list[int], limit: int | None = None) -> tuple[list[int], np.ndarray]:
-        """Token ids up to EOS (excluded) and the cross-attention of every step (T, N, H, S)."""
+        """Token ids up to EOS (excluded) and the encoder-decoder attention of every step (T, N, H, S)."""
         memory = self.encode(src)
         N, _, H, _, Dk = memory["cross_k"].shape
         cache = {name: np.zeros((N, 1, H, 0, Dk), np.float32) for name in ("self_k", "self_v")}

@@ -7,7 +7,7 @@ __all__ = ['MAX_SOURCE_TOKENS', 'EXTRA_TARGET_TOKENS', 'OPSET', 'ENCODER_IO', 'S
 
 # %% ../../notebooks/19_browser.ipynb #c004
 # Legend: B batch (the beams of one sentence), S source len, T target tokens so far, D d_model,
-# H heads, Dk = D/H, N layers, V vocab.
+# H heads, Dk = D/H, N layers, n_vocab vocabulary size.
 import copy
 import warnings
 from pathlib import Path
@@ -44,7 +44,7 @@ def export_copy(model: Transformer, max_source: int = MAX_SOURCE_TOKENS) -> Tran
 
 # %% ../../notebooks/19_browser.ipynb #c007
 class EncoderExport(nn.Module):
-    """Encode the source and project it into every decoder layer's cross-attention keys and values (§3.2.3)."""
+    """Encode the source; project it into every decoder layer's encoder-decoder keys and values (§3.2.3)."""
 
     def __init__(self, model: Transformer):
         super().__init__()
@@ -74,7 +74,7 @@ def layer_caches(cross_k: Tensor, cross_v: Tensor, self_k: Tensor, self_v: Tenso
 
 # %% ../../notebooks/19_browser.ipynb #c008
 class DecoderStepExport(nn.Module):
-    """One decoding step with the key/value cache: the next token's logits and cross-attention (§3, §3.2.3)."""
+    """One decoding step with the key/value cache: next-token logits, encoder-decoder attention (§3.2.3)."""
 
     def __init__(self, model: Transformer):
         super().__init__()
@@ -94,7 +94,7 @@ class DecoderStepExport(nn.Module):
         # stand-in feeds nothing and the exporter drops it.
         memory = layers[0].cross_attn.merge_heads(cross_v[0])  # (B, S, D)
         states, _, cross = self.model.decode(memory, None, token, None, cache, need_weights=True)
-        logits = self.model.generator(states[:, -1])  # (B, V)
+        logits = self.model.generator(states[:, -1])  # (B, n_vocab)
         new_k = torch.stack([s.k for s, _ in cache.layers])  # (N, B, H, T + 1, Dk)
         new_v = torch.stack([s.v for s, _ in cache.layers])  # (N, B, H, T + 1, Dk)
         weights = torch.stack([w[:, :, -1] for w in cross])  # (N, B, H, S)
@@ -102,7 +102,7 @@ class DecoderStepExport(nn.Module):
 
 # %% ../../notebooks/19_browser.ipynb #c012
 class DecoderPrefixExport(nn.Module):
-    """Decode the whole prefix at every step, without a cache: the next token's logits and cross-attention."""
+    """Decode the whole prefix at every step, no cache: next-token logits, encoder-decoder attention."""
 
     def __init__(self, model: Transformer):
         super().__init__()
@@ -116,7 +116,7 @@ class DecoderPrefixExport(nn.Module):
         T = ys.size(1)
         mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None]  # (1, 1, T, T) causal (§3.2.3)
         states, _, cross = self.model.decode(memory, None, ys, mask, cache, need_weights=True)
-        logits = self.model.generator(states[:, -1])  # (B, V)
+        logits = self.model.generator(states[:, -1])  # (B, n_vocab)
         weights = torch.stack([w[:, :, -1] for w in cross])  # (N, B, H, S)
         return logits, weights
 

@@ -28,7 +28,11 @@ from annotated.data.multi30k import (
     check_sha256,
     download_multi30k_file,
     multi30k_path,
+    LANGUAGES,
+    DIRECTIONS,
     Pair,
+    check_direction,
+    direction_name,
     load_multi30k,
 )
 from annotated.data.copy_task import PAD, BOS, EOS, FIRST_SYMBOL, copy_batches
@@ -60,7 +64,11 @@ __all__ = [
     "check_sha256",
     "download_multi30k_file",
     "multi30k_path",
+    "LANGUAGES",
+    "DIRECTIONS",
     "Pair",
+    "check_direction",
+    "direction_name",
     "load_multi30k",
     "PAD",
     "BOS",
