@@ -55,6 +55,9 @@ def test_landing_page_numbers_come_from_the_recorded_run() -> None:
     subs = reader_view.result_substitutions()
     assert subs["bleu_greedy"] == f"{run['test']['greedy']['bleu']:.1f}"
     assert subs["bleu_beam"] == f"{run['test']['beam']['bleu']:.1f}"
+    en_de = json.loads((ROOT / "results" / "multi30k-en-de" / "results.json").read_text())
+    assert subs["bleu_greedy_en_de"] == f"{en_de['test']['greedy']['bleu']:.1f}"
+    assert subs["bleu_beam_en_de"] == f"{en_de['test']['beam']['bleu']:.1f}"
     # The meta-device count is the count of a real model with the run's configuration.
     from annotated.model import TransformerConfig, make_model
 

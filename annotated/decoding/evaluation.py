@@ -47,10 +47,10 @@ def _check_corpus(hypotheses: Sequence[str], references: Sequence[str]) -> None:
         )
 
 
-def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
-    """sacreBLEU on detokenized text with its default 13a tokenization, case kept (§6.1)."""
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> Score:
+    """sacreBLEU on detokenized text with its default 13a tokenization, case kept unless `lowercase` (§6.1)."""
     _check_corpus(hypotheses, references)
-    metric = sacrebleu.BLEU()
+    metric = sacrebleu.BLEU(lowercase=lowercase)
     score = metric.corpus_score(list(hypotheses), [list(references)])  # one reference each
     return Score(score.score, str(metric.get_signature()))
 
@@ -123,11 +123,14 @@ def bleu_report(
         atomic_write(hypotheses, lambda f: f.write(text.encode("utf-8")))
     refs = [p.tgt for p in pairs]
     detok, lower, chrf = corpus_bleu(hyps, refs), tokenized_bleu(hyps, refs), corpus_chrf(hyps, refs)
+    detok_lc = corpus_bleu(hyps, refs, lowercase=True)  # sacrebleu -lc
     return {
         "beam": beam,
         "alpha": alpha if beam > 1 else None,
         "bleu": round(detok.score, 2),
         "bleu_signature": detok.signature,
+        "bleu_lc": round(detok_lc.score, 2),
+        "bleu_lc_signature": detok_lc.signature,
         "tokenized_bleu": round(lower.score, 2),
         "tokenized_bleu_signature": lower.signature,
         "chrf": round(chrf.score, 2),

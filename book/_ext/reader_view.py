@@ -375,9 +375,15 @@ def result_substitutions() -> dict[str, str]:
     trained = count(**cfg)
     test = run["test"]
     training = run["training"]
+    en_de = RESULTS / "multi30k-en-de" / "results.json"
+    if not en_de.exists():
+        raise FileNotFoundError(f"{en_de} is missing: the landing page shows the English-to-German scores too")
+    test_en_de = json.loads(en_de.read_text())["test"]
     return {
         "bleu_greedy": f"{test['greedy']['bleu']:.1f}",
         "bleu_beam": f"{test['beam']['bleu']:.1f}",
+        "bleu_greedy_en_de": f"{test_en_de['greedy']['bleu']:.1f}",
+        "bleu_beam_en_de": f"{test_en_de['beam']['bleu']:.1f}",
         "beam_size": str(test["beam"]["beam"]),
         "test_split": test["split"],
         "val_ppl": f"{run['val']['perplexity']:.2f}",
