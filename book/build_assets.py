@@ -14,12 +14,12 @@ The book must render equations and altair charts with no request leaving the sit
 * The in-browser translator (book/translate.md): write `book/_extra/translator/` (generated, not
   committed), which the site serves as `translator/`: the page's own script and style from
   `book/translator/`, the few files it loads from the npm packages installed there (`npm ci` in
-  book/translator, from its committed lock file), and under `model/` the ONNX export of the
-  Multi30k model (`python -m annotated export-onnx`), re-run only when the checkpoint, the tokenizer
-  or the export code changed.
-* The landing page's attention map (`translator/example_attention.svg`): where the trained model
-  looked while translating the example sentence of book/intro.md, redrawn when the checkpoint, the
-  tokenizer or the sentence changed.
+  book/translator, from its committed lock file), and under `model/de-en/` and `model/en-de/` the
+  ONNX export of each Multi30k model (`python -m annotated export-onnx`), each re-run only when its
+  checkpoint, its tokenizer or the export code changed.
+* The landing page's attention map (`translator/example_attention.svg`): where the German-to-English
+  model looked while translating the example sentence of book/intro.md, redrawn when the checkpoint,
+  the tokenizer or the sentence changed.
 * `--vendor-mathjax TARBALL`: rebuild `book/_extra/mathjax/` from `npm pack mathjax@3.2.2`,
   keeping only what `es5/tex-chtml.js` loads (itself, its woff-v2 fonts, the TeX extensions its
   autoload can fetch) and the LICENSE. Only needed when upgrading MathJax; the result is committed.
@@ -49,7 +49,13 @@ TRANSLATOR_SRC = BOOK / "translator"  # package.json, lock file, the page's scri
 TRANSLATOR = BOOK / "_extra" / "translator"  # generated: served as translator/
 LANDING = BOOK / "intro.md"
 LANDING_MAP = TRANSLATOR / "example_attention.svg"  # generated: the landing page's attention map
-CHECKPOINT = BOOK.parent / "results" / "multi30k" / "model_fp16.pt"
+RESULTS = BOOK.parent / "results"
+# The page's models, by direction (source-target): each is exported into translator/model/DIRECTION/.
+MODELS = {
+    "de-en": RESULTS / "multi30k" / "model_fp16.pt",  # chapter 15b's model
+    "en-de": RESULTS / "multi30k-en-de" / "model_fp16.pt",  # the same recipe, --direction en-de
+}
+CHECKPOINT = MODELS["de-en"]  # the landing page's map
 TOKENIZER = CHECKPOINT.with_name("tokenizer.json")
 EXPORT_CODE = tuple(
     BOOK.parent / "annotated" / "app" / f for f in ("onnx_export.py", "onnx_graphs.py")
@@ -162,7 +168,7 @@ def vendor_mathjax(tarball: Path) -> None:
 
 
 def write_translator() -> None:
-    """Copy the translator's scripts and libraries into the site; re-export the model if it changed."""
+    """Copy the translator's scripts and libraries into the site; re-export each model if it changed."""
     modules = TRANSLATOR_SRC / "node_modules"
     missing = [name for name in TRANSLATOR_LIBS if not (modules / name).is_file()]
     if missing:
@@ -170,26 +176,44 @@ def write_translator() -> None:
             f"{modules.relative_to(BOOK.parent)} lacks {missing}: run `npm ci` in "
             f"{TRANSLATOR_SRC.relative_to(BOOK.parent)} (make install does)"
         )
+    absent = [str(path.relative_to(BOOK.parent)) for path in MODELS.values() if not path.is_file()]
+    if absent:
+        sys.exit(
+            f"the translator page's models {absent} are missing (results/README.md says how to make them)"
+        )
     TRANSLATOR.mkdir(parents=True, exist_ok=True)
     for name, target in TRANSLATOR_LIBS.items():
         shutil.copyfile(modules / name, TRANSLATOR / target)
     for own in ("translator.js", "translator.css"):
         shutil.copyfile(TRANSLATOR_SRC / own, TRANSLATOR / own)
-    model, stamp = TRANSLATOR / "model", TRANSLATOR / "model" / "inputs.sha256"
-    digest = "".join(
-        hashlib.sha256(p.read_bytes()).hexdigest() for p in (CHECKPOINT, TOKENIZER, *EXPORT_CODE)
-    )
-    if stamp.is_file() and stamp.read_text() == digest:
-        print(f"{model.relative_to(BOOK.parent)} is up to date with the checkpoint")
-    else:
-        if model.exists():
-            shutil.rmtree(model)
-        command = [sys.executable, "-m", "annotated", "export-onnx"]
-        command += ["--checkpoint", str(CHECKPOINT), "--out", str(model)]
-        subprocess.run(command, check=True, cwd=BOOK.parent)
-        stamp.write_text(digest)
+    models = TRANSLATOR / "model"
+    for stale in models.glob("*"):  # an earlier layout's files, a direction no longer offered
+        if stale.name not in MODELS:
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            else:
+                stale.unlink()
+    for direction, checkpoint in MODELS.items():
+        export_model(checkpoint, models / direction)
     size = sum(p.stat().st_size for p in TRANSLATOR.rglob("*") if p.is_file())
     print(f"wrote {TRANSLATOR.relative_to(BOOK.parent)} ({size / 1e6:.1f} MB)")
+
+
+def export_model(checkpoint: Path, out: Path) -> None:
+    """Export one checkpoint (with the tokenizer beside it) into `out`, unless its inputs are unchanged."""
+    stamp = out / "inputs.sha256"
+    inputs = (checkpoint, checkpoint.with_name("tokenizer.json"), *EXPORT_CODE)
+    digest = "".join(hashlib.sha256(p.read_bytes()).hexdigest() for p in inputs)
+    if stamp.is_file() and stamp.read_text() == digest:
+        print(f"{out.relative_to(BOOK.parent)} is up to date with its checkpoint")
+        return
+    if out.exists():
+        shutil.rmtree(out)
+    command = [sys.executable, "-m", "annotated", "export-onnx"]
+    command += ["--checkpoint", str(checkpoint), "--out", str(out), "--direction", out.name]
+    if subprocess.run(command, cwd=BOOK.parent).returncode:  # the command said why
+        sys.exit(f"could not export {checkpoint.relative_to(BOOK.parent)} for the translator page")
+    stamp.write_text(digest)
 
 
 def landing_sentence() -> str:

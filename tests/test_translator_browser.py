@@ -1,10 +1,12 @@
 """The book's translator page in a real Chromium: the same output as Python, offline, never frozen.
 
-The page (book/translate.md) runs the exported Multi30k model with onnxruntime-web. Its greedy
-translations of validation sentences must equal `python -m annotated translate --beam 1`, word for
-word; awkward input must end in a translation or a clear message. Any request that leaves the local
-server, any failed local request and any console error fails the test. The book must be built first
-(the Makefile does). TRANSLATOR_SENTENCES=200 compares more sentences (default 20).
+The page (book/translate.md) runs the two exported Multi30k models, German -> English and English ->
+German, with onnxruntime-web, each loaded only when the reader first translates in its direction. In
+both directions its greedy translations of validation sentences must equal `python -m annotated
+translate --beam 1`, word for word; awkward input must end in a translation or a clear message. Any
+request that leaves the local server, any failed local request and any console error fails the test.
+The book must be built first (the Makefile does). TRANSLATOR_SENTENCES=200 compares more sentences
+per direction (default 60).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import test_book_browser
@@ -34,9 +37,14 @@ pytestmark = pytest.mark.browser
 book_server = test_book_browser.book_server
 browser_type_launch_args = test_book_browser.browser_type_launch_args
 
-CHECKPOINT = ROOT / "results" / "multi30k" / "model_fp16.pt"
+CHECKPOINTS = {  # the page's models by direction (book/build_assets.py exports each)
+    "de-en": ROOT / "results" / "multi30k" / "model_fp16.pt",
+    "en-de": ROOT / "results" / "multi30k-en-de" / "model_fp16.pt",
+}
+DIRECTIONS = tuple(CHECKPOINTS)
+LANGUAGES = {"de-en": ("German", "English"), "en-de": ("English", "German")}  # source, target
 SHARED_COPY = ROOT.parent / "shared" / "data" / "multi30k"
-SENTENCES = int(os.environ.get("TRANSLATOR_SENTENCES", "20"))
+SENTENCES = int(os.environ.get("TRANSLATOR_SENTENCES", "60"))
 FINISHED = (
     "s => ['done', 'error'].includes(document.getElementById('translator-output').dataset.state)"
 )
@@ -71,11 +79,18 @@ def check_clean(log: PageLog) -> None:
     assert not log.errors, f"console errors: {log.errors}"
 
 
-def run(page, text: str, search: str = "greedy") -> tuple[str, str, float]:
+def choose(page, direction: str) -> None:
+    page.check(f'input[name="translator-direction"][value="{direction}"]')
+
+
+def run(
+    page, text: str, search: str = "greedy", direction: str = "de-en"
+) -> tuple[str, str, float]:
     """Translate `text` on the page; return (state, shown text, seconds from click to finish).
 
     The page also records its own decoding time (model load excluded) in data-ms.
     """
+    choose(page, direction)
     page.fill("#translator-input", text)
     page.check(f'input[name="translator-search"][value="{search}"]')
     started = time.perf_counter()
@@ -87,10 +102,14 @@ def run(page, text: str, search: str = "greedy") -> tuple[str, str, float]:
 
 
 @pytest.fixture(scope="module")
-def validation() -> list:
+def validation() -> dict[str, list[str]]:
+    """The first SENTENCES validation sources of each direction: German ones, then English ones."""
     for candidate in (os.environ.get(MULTI30K_ENV), SHARED_COPY):
         if candidate and Path(candidate).is_dir():
-            return load_multi30k("val", candidate)[:SENTENCES]
+            return {
+                direction: [p.src for p in load_multi30k("val", candidate, direction=direction)]
+                for direction in DIRECTIONS
+            }
     reason = f"Multi30k files not found: set {MULTI30K_ENV} or place them in {SHARED_COPY}"
     if os.environ.get("CI"):
         pytest.fail(reason)
@@ -98,8 +117,15 @@ def validation() -> list:
 
 
 @pytest.fixture(scope="module")
-def python_model():
-    return load_for_inference(str(CHECKPOINT), None, torch.device("cpu"))[:2]  # model, tokenizer
+def python_models() -> dict[str, tuple]:
+    """(model, tokenizer) by direction; load_for_inference checks each checkpoint's direction."""
+    cpu = torch.device("cpu")
+    return {d: load_for_inference(str(c), None, cpu, d)[:2] for d, c in CHECKPOINTS.items()}
+
+
+@pytest.fixture(scope="module")
+def python_model(python_models) -> tuple:
+    return python_models["de-en"]  # the landing page's model
 
 
 def python_translation(python_model, text: str, beam: int = 1) -> str:
@@ -109,41 +135,128 @@ def python_translation(python_model, text: str, beam: int = 1) -> str:
     return decode(tok, ids)
 
 
-def test_greedy_equals_python(translator, validation, python_model, capsys) -> None:
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_greedy_equals_python(translator, validation, python_models, direction, capsys) -> None:
     page, log = translator
+    sources, python_model = validation[direction][:SENTENCES], python_models[direction]
     # The command itself, once, so that "equal to the command" is checked literally.
     command = [sys.executable, "-m", "annotated", "translate", "--beam", "1"]
-    command += ["--checkpoint", str(CHECKPOINT), validation[0].src]
+    command += ["--checkpoint", str(CHECKPOINTS[direction]), sources[0]]
     printed = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT).stdout
-    assert printed.strip() == python_translation(python_model, validation[0].src)
+    assert printed.strip() == python_translation(python_model, sources[0])
 
     differ, seconds, decoding = [], [], []
-    for i, pair in enumerate(validation):
-        state, shown, took = run(page, pair.src)
-        assert state == "done", f"sentence {i}: the page reported {shown!r}"
+    for i, source in enumerate(sources):
+        state, shown, took = run(page, source, direction=direction)
+        assert state == "done", f"{direction} sentence {i}: the page reported {shown!r}"
         seconds.append(took)
         decoding.append(float(page.locator("#translator-output").get_attribute("data-ms")))
-        expected = python_translation(python_model, pair.src)
+        expected = python_translation(python_model, source)
         if shown != expected:
-            differ.append(f"{i}: {pair.src!r}\n  page:   {shown!r}\n  python: {expected!r}")
+            differ.append(f"{i}: {source!r}\n  page:   {shown!r}\n  python: {expected!r}")
     rest, inside = sorted(seconds[1:]), sorted(decoding[1:])
     with capsys.disabled():
         print(
-            f"\ntranslator: first translation (model load included) {seconds[0]:.2f} s; then "
-            f"median {1000 * rest[len(rest) // 2]:.0f} ms, slowest {1000 * rest[-1]:.0f} ms per "
-            f"sentence from click to text (decoding alone: median {inside[len(inside) // 2]:.0f} "
-            f"ms); {len(differ)} of {len(validation)} differ from Python's greedy output"
+            f"\ntranslator {direction}: first translation (model load included) {seconds[0]:.2f} "
+            f"s; then median {1000 * rest[len(rest) // 2]:.0f} ms, slowest "
+            f"{1000 * rest[-1]:.0f} ms per sentence from click to text (decoding alone: median "
+            f"{inside[len(inside) // 2]:.0f} ms); {len(differ)} of {len(sources)} differ from "
+            "Python's greedy output"
         )
-    assert not differ, "the page's greedy output differs from Python's:\n" + "\n".join(differ)
+    listing = "\n".join(differ)
+    assert not differ, f"the page's {direction} greedy output differs from Python's:\n{listing}"
     check_clean(log)
 
 
-def test_beam_search_equals_python(translator, validation, python_model) -> None:
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_beam_search_equals_python(translator, validation, python_models, direction) -> None:
     page, log = translator
-    for pair in validation[:5]:
-        state, shown, _ = run(page, pair.src, search="beam")
+    for source in validation[direction][:5]:
+        state, shown, _ = run(page, source, search="beam", direction=direction)
         assert state == "done", shown
-        assert shown == python_translation(python_model, pair.src, beam=4), pair.src
+        assert shown == python_translation(python_models[direction], source, beam=4), source
+    check_clean(log)
+
+
+def test_a_model_loads_only_when_its_direction_translates(browser, site_url: str) -> None:
+    """A fresh page fetches no model; a translation fetches its direction's model, once."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    log, paths = PageLog(page), []
+    page.on("request", lambda request: paths.append(urlsplit(request.url).path))
+
+    def fetched() -> list[str]:
+        """What the page fetched from translator/ since the last call, its own script and style aside."""
+        found = [p.split("/translator/", 1)[1] for p in paths if "/translator/" in p]
+        paths.clear()
+        return [name for name in found if name not in ("translator.js", "translator.css")]
+
+    def models(names: list[str]) -> set[str]:
+        return {name.split("/")[1] for name in names if name.startswith("model/")}
+
+    page.goto(f"{site_url}/translate.html", wait_until="load")
+    page.wait_for_function("() => !document.getElementById('translator-run').disabled")
+    log.wait_until_quiet()
+    assert fetched() == [], "the page fetched the runtime or a model before any translation"
+    choose(page, "en-de")
+    log.wait_until_quiet()
+    assert fetched() == [], "choosing a direction fetched something before any translation"
+    assert run(page, "Two dogs are playing in the snow.", direction="en-de")[0] == "done"
+    names = fetched()
+    assert models(names) == {"en-de"}, names
+    for name in ("translator.json", "encoder.onnx", "decoder_step.onnx"):
+        assert f"model/en-de/{name}" in names, names
+    assert run(page, "Zwei Hunde spielen im Schnee.", direction="de-en")[0] == "done"
+    names = fetched()
+    assert models(names) == {"de-en"}, names
+    assert run(page, "A dog runs.", direction="en-de")[0] == "done"
+    assert run(page, "Ein Hund rennt.", direction="de-en")[0] == "done"
+    assert fetched() == [], "switching back to a direction fetched its model again"
+    check_clean(log)
+    context.close()
+
+
+def article(language: str) -> str:
+    return f"an {language}" if language[0] in "AEIOU" else f"a {language}"
+
+
+def texts(page, selector: str) -> list[str]:
+    return [t.strip() for t in page.locator(selector).all_text_contents()]
+
+
+def test_the_direction_switch_relabels_the_page(translator, python_models) -> None:
+    page, log = translator
+    examples = {
+        d: texts(page, f'.translator-examples[data-direction="{d}"] button') for d in DIRECTIONS
+    }
+    assert all(examples.values()) and examples["de-en"] != examples["en-de"], examples
+    for direction, other in zip(DIRECTIONS, reversed(DIRECTIONS), strict=True):
+        source, target = LANGUAGES[direction]
+        # A translation in the other direction first: switching must clear it.
+        assert run(page, examples[other][0], direction=other)[0] == "done"
+        choose(page, direction)
+        assert page.get_attribute("#translator-output", "data-state") == "idle"
+        assert not page.is_visible("#translator-output") and not page.is_visible("#translator-map")
+        assert page.inner_text('label[for="translator-input"]') == source
+        assert texts(page, ".translator-example:visible") == examples[direction]
+        assert page.input_value("#translator-input") != examples[other][0], (
+            "the other language's example stayed in the box"
+        )
+        sentence = examples[direction][0]
+        state, shown, _ = run(page, sentence, direction=direction)
+        assert state == "done" and shown
+        assert page.inner_text(".translator-output-label") == target
+        explanation = " ".join(page.inner_text("#translator-map p").split())
+        wanted = f"one {target} subword as it was generated, each column one {source} subword"
+        assert wanted in explanation, explanation
+        title = page.locator("#translator-svg svg > title").text_content()
+        assert f"row is {article(target)} subword, each column {article(source)}" in title, title
+        # The map is this direction's: a cell per output subword (and EOS) per input subword.
+        model, tok = python_models[direction]
+        output = translate_ids(model, [encode(tok, sentence)], 1, 0.0, torch.device("cpu"))[0]
+        cells = (len(output) + 1) * len(encode(tok, sentence))
+        assert page.locator("#translator-svg rect").count() == cells
     check_clean(log)
 
 
@@ -201,6 +314,7 @@ def test_awkward_input_ends_in_a_result_or_a_message(translator) -> None:
 
 def test_ctrl_enter_translates(translator) -> None:
     page, log = translator
+    choose(page, "de-en")
     page.fill("#translator-input", "Zwei Hunde spielen im Schnee.")
     page.evaluate("document.getElementById('translator-output').dataset.state = 'idle'")
     page.focus("#translator-input")
@@ -217,9 +331,12 @@ def test_ctrl_enter_translates(translator) -> None:
     check_clean(log)
 
 
-def test_an_example_sentence_translates_on_click(translator) -> None:
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_an_example_sentence_translates_on_click(translator, direction) -> None:
     page, log = translator
-    example = page.locator(".translator-example").first
+    choose(page, direction)
+    example = page.locator(f'.translator-examples[data-direction="{direction}"] button').first
+    assert example.is_visible(), f"the {direction} examples are hidden when {direction} is chosen"
     sentence = example.inner_text()
     page.evaluate("document.getElementById('translator-output').dataset.state = 'idle'")
     example.click()
@@ -270,6 +387,8 @@ def test_nothing_shows_before_the_first_translation(browser, site_url: str) -> N
     page.wait_for_function("() => !document.getElementById('translator-run').disabled")
     for hidden in ("#translator-output", ".translator-output-label", "#translator-map"):
         assert not page.is_visible(hidden), f"{hidden} shows before anything was translated"
+    checked = 'input[name="translator-direction"]:checked'
+    assert page.get_attribute(checked, "value") == "de-en", "German -> English is not the default"
     page.close()
 
 

@@ -6,7 +6,9 @@
 The drawing follows Figure 1 of Vaswani et al. (2017): the encoder on the left, the decoder on the
 right, each a stack of N identical layers; masked multi-head self-attention in the decoder; every
 sub-layer wrapped in a residual connection and layer normalisation (Add & Norm); positional encodings
-added to the embeddings; a linear layer and a softmax on top. Text stays text in the SVG (small,
+added to the embeddings; a linear layer and a softmax on top. The main arrows carry the shapes of
+book/notation.md: token ids (B, S) and (B, T), vectors (B, S, D) and (B, T, D), the memory (B, S, D)
+that feeds the encoder-decoder attention, logits (B, T, n_vocab). Text stays text in the SVG (small,
 sharp at any size, searchable). Sized to be read on a 390 px wide phone.
 
 The maps ("you are here") are the same drawing with the block a chapter builds kept in colour and
@@ -33,6 +35,7 @@ ATTENTION, FEED_FORWARD, NORM = "#fcd9b6", "#c6e2f5", "#f5f0b0"
 EMBED, LINEAR, SOFTMAX, STACK = "#f6d0d6", "#ddd5f3", "#cdeccd", "#f0f0f0"
 INK = "#222222"
 FONT = 11
+SHAPE_FONT = 8  # the shapes written beside the arrows
 FADED_FILL, FADED_INK = "#f3f3f3", "#a0a0a0"  # what a map greys out
 MARK = "#c0392b"  # the outline of the block a map points at
 
@@ -81,6 +84,13 @@ def box(ax, x, y, h, text, colour, w=W, key="", column=None):
     )
     ax.text(x, y + h / 2, text, ha="center", va="center", fontsize=FONT, color=ink)
     return y, y + h
+
+
+def shape(ax, x, y, text, side, color=INK):
+    """The shape a main arrow carries, e.g. (B, S, D), written beside it on side 'left' or 'right'."""
+    dx = 1.3 if side == "right" else -1.3
+    ha = "left" if side == "right" else "right"
+    ax.text(x + dx, y, text, ha=ha, va="center", fontsize=SHAPE_FONT, color=color, style="italic")
 
 
 def arrow(ax, start, end, style="-|>", color=INK, **kw):
@@ -154,15 +164,22 @@ def draw(path: Path, coloured: set[str] | None = None, marked: set[str] | None =
     ax.axis("off")
 
     # Inputs, embeddings, positional encodings.
-    for x, label, emb, side in (
-        (ENC_X, "Inputs", "Input\nEmbedding", "left"),
-        (DEC_X, "Outputs\n(shifted right)", "Output\nEmbedding", "right"),
+    # Shapes go on the inner side of each column, away from the positional encodings.
+    for x, label, emb, side, length in (
+        (ENC_X, "Inputs", "Input\nEmbedding", "left", "S"),
+        (DEC_X, "Outputs\n(shifted right)", "Output\nEmbedding", "right", "T"),
     ):
         ink = _style("embedding", EMBED)[1]
+        inner = "right" if side == "left" else "left"
         ax.text(x, 3, label, ha="center", va="center", fontsize=FONT, color=ink)
         arrow(ax, (x, 5.5 if x == ENC_X else 7.2), (x, 9), color=ink)
+        if x == ENC_X:
+            shape(ax, x, 7.2, f"(B, {length})", inner, ink)
+        else:  # the label "(shifted right)" reaches down to the arrow: write the shape beside it
+            shape(ax, x - 13.5, 3, f"(B, {length})", inner, ink)
         box(ax, x, 9, 8, emb, EMBED, key="embedding")
         arrow(ax, (x, 17), (x, 21.4), color=ink)
+        shape(ax, x, 19.2, f"(B, {length}, D)", inner, ink)
         positional(ax, x, 23, side)
 
     def stack(x, top_of_layers, n_side, title):
@@ -210,7 +227,7 @@ def draw(path: Path, coloured: set[str] | None = None, marked: set[str] | None =
     top = sublayer(ax, ENC_X, y0 + 1, "Multi-Head\nAttention", ATTENTION, "left", "attention", h=8)
     enc_top = sublayer(ax, ENC_X, top, "Feed\nForward", FEED_FORWARD, "left", "ffn", h=8)
 
-    # Decoder: N x [masked self-attention, attention over the encoder, feed-forward].
+    # Decoder: N x [masked self-attention, encoder-decoder attention, feed-forward].
     arrow(ax, (DEC_X, 24.6), (DEC_X, y0 + 1), style="-", color=_style("decoder", STACK)[1])
     top = sublayer(
         ax, DEC_X, y0 + 1, "Masked\nMulti-Head\nAttention", ATTENTION, "right", "attention", h=11
@@ -222,19 +239,32 @@ def draw(path: Path, coloured: set[str] | None = None, marked: set[str] | None =
     enc_box_top = stack(ENC_X, enc_top, "left", "Encoder")
     dec_box_top = stack(DEC_X, dec_top, "right", "Decoder")
 
-    # The encoder's output feeds the decoder's second attention (its keys and values).
+    # The encoder's output, the memory, feeds the decoder's encoder-decoder attention (its keys and
+    # values).
     mid_x = 50
     y_out = enc_box_top + 4
     y_in = cross_y + 2.5 + 4
     memory_ink = _style("encoder", STACK, "decoder")[1]
     ax.plot([ENC_X, ENC_X, mid_x, mid_x], [enc_top, y_out, y_out, y_in], color=memory_ink, lw=1.1)
     arrow(ax, (mid_x, y_in), (DEC_X - W / 2, y_in), color=memory_ink)
+    ax.text(
+        (ENC_X + mid_x) / 2,
+        y_out + 2,
+        "(B, S, D)",
+        ha="center",
+        va="center",
+        fontsize=SHAPE_FONT,
+        color=memory_ink,
+        style="italic",
+    )
 
     # Output head.
     ink = _style("head", LINEAR)[1]
     arrow(ax, (DEC_X, dec_top), (DEC_X, dec_box_top + 3), color=ink)
+    shape(ax, DEC_X, dec_box_top + 1.3, "(B, T, D)", "left", ink)
     box(ax, DEC_X, dec_box_top + 3, 5.5, "Linear", LINEAR, key="head")
     arrow(ax, (DEC_X, dec_box_top + 8.5), (DEC_X, dec_box_top + 11), color=ink)
+    shape(ax, DEC_X, dec_box_top + 9.75, "(B, T, n_vocab)", "left", ink)
     box(ax, DEC_X, dec_box_top + 11, 5.5, "Softmax", SOFTMAX, key="head")
     arrow(ax, (DEC_X, dec_box_top + 16.5), (DEC_X, dec_box_top + 19), color=ink)
     ax.text(

@@ -6,7 +6,7 @@
 __all__ = ['pad_batch', 'length_batches', 'token_batches', 'pad_fraction']
 
 # %% ../../notebooks/15_translation.ipynb #c031
-# Shapes: B batch, S source length, T target length (without BOS and EOS), V vocab.
+# Shapes: B batch, S source length, T target length (without BOS and EOS), n_vocab vocabulary size.
 import random
 from collections.abc import Iterable, Iterator, Sequence
 

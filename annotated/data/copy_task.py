@@ -6,7 +6,8 @@
 __all__ = ['PAD', 'BOS', 'EOS', 'FIRST_SYMBOL', 'copy_batches']
 
 # %% ../../notebooks/13_copy_task.ipynb #c002
-# Legend: B batch, S source len, T = S + 2 target len (BOS, the symbols, EOS), V vocab, H heads.
+# Legend: B batch, S source len, T = S + 2 target len (BOS, the symbols, EOS), n_vocab vocabulary size,
+# H heads.
 from collections.abc import Iterator
 
 import torch

@@ -7,7 +7,7 @@ __all__ = ['SPECIALS', 'PAD_ID', 'BOS_ID', 'EOS_ID', 'UNK_ID', 'train_tokenizer'
            'decode', 'encode_pairs']
 
 # %% ../../notebooks/15_translation.ipynb #c002
-# Shapes: B batch, S source length, T target length (without BOS and EOS), V vocab.
+# Shapes: B batch, S source length, T target length (without BOS and EOS), n_vocab vocabulary size.
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 

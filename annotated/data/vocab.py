@@ -6,7 +6,8 @@
 __all__ = ['SPECIAL_IDS', 'SpecialIds', 'strip_specials']
 
 # %% ../../notebooks/12_training.ipynb #c007b
-# Legend: B batch, S source len, T target len, V vocab, N = B * T target positions.
+# Legend: B batch, S source len, T target len, n_vocab vocabulary size; B*T all target positions,
+# flattened into one axis.
 import dataclasses
 from collections.abc import Iterable
 

@@ -6,7 +6,8 @@
 __all__ = ['length_penalty', 'beam_search', 'score_sequences']
 
 # %% ../../notebooks/14b_beam_search.ipynb #imports-main
-# Legend: B batch, S source len, T target len so far, K beam size, V vocab, D d_model.
+# Legend: B batch, S source len, T target len so far, W beam width, n_vocab vocabulary size,
+# D d_model.
 import torch
 from torch import Tensor, nn
 
@@ -24,13 +25,13 @@ def length_penalty(length: int | Tensor, alpha: float) -> Tensor:
 
 # %% ../../notebooks/14b_beam_search.ipynb #c028
 def _top_candidates(log_p: Tensor, log_probs: Tensor, ys: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Extend every beam by every token; return the 2K best: log P, parent rows, sequences."""
-    B, K = log_p.shape
-    V = log_probs.size(-1)
-    cand = (log_p[..., None] + log_probs.view(B, K, V)).view(B, K * V)  # (B, K*V)
-    top_lp, top_id = cand.topk(2 * K, dim=-1)  # (B, 2K), best first
-    rows = torch.arange(B, device=ys.device)[:, None] * K + top_id // V  # (B, 2K) rows of ys
-    seqs = torch.cat([ys[rows], (top_id % V)[..., None]], dim=-1)  # (B, 2K, T + 1)
+    """Extend every beam by every token; return the 2W best: log P, parent rows, sequences."""
+    B, W = log_p.shape
+    n_vocab = log_probs.size(-1)
+    cand = (log_p[..., None] + log_probs.view(B, W, n_vocab)).view(B, W * n_vocab)  # (B, W*n_vocab)
+    top_lp, top_id = cand.topk(2 * W, dim=-1)  # (B, 2W), best first
+    rows = torch.arange(B, device=ys.device)[:, None] * W + top_id // n_vocab  # (B, 2W) rows of ys
+    seqs = torch.cat([ys[rows], (top_id % n_vocab)[..., None]], dim=-1)  # (B, 2W, T + 1)
     return top_lp, rows, seqs
 
 
@@ -43,9 +44,9 @@ class _Finished:
         self.length = torch.ones(B, dtype=torch.long, device=device)  # (B,) BOS + tokens
 
     def offer(self, seqs: Tensor, top_lp: Tensor, ends: Tensor, n: int, alpha: float, done: Tensor):
-        """Per sentence, keep the best ending candidate of the K best if it beats the best one."""
-        ends = ends & (torch.arange(ends.size(1), device=ends.device) < ends.size(1) // 2)  # K best
-        score = (top_lp / length_penalty(n, alpha)).masked_fill(~ends, float("-inf"))  # (B, 2K)
+        """Per sentence, keep the best ending candidate of the W best if it beats the best one."""
+        ends = ends & (torch.arange(ends.size(1), device=ends.device) < ends.size(1) // 2)  # W best
+        score = (top_lp / length_penalty(n, alpha)).masked_fill(~ends, float("-inf"))  # (B, 2W)
         new, j = score.max(dim=-1)  # (B,)
         better = (new > self.score) & ~done
         self.score = torch.where(better, new, self.score)
@@ -73,25 +74,25 @@ def beam_search(
         raise ValueError(f"alpha must be >= 0 (0: no length penalty), got {alpha!r}")
     src_mask, limits = _check_inputs(src, src_mask, max_len, beam_size)  # limits: (B,)
     _check_model(model, src, limits, bos_id=bos_id, pad_id=pad_id)  # eos_id=-1: never stop
-    B, K, dev = src.size(0), beam_size, src.device
-    memory = model.encode(src, src_mask).repeat_interleave(K, dim=0)  # (B*K, S, D)
-    src_mask = None if src_mask is None else src_mask.repeat_interleave(K, dim=0)  # (B*K, 1, 1, S)
-    ys = torch.full((B * K, 1), bos_id, dtype=torch.long, device=dev)  # (B*K, 1)
-    log_p = torch.zeros(B, K, device=dev)  # (B, K) log P of each beam's prefix
-    log_p[:, 1:] = float("-inf")  # K copies of BOS are one prefix: only the first one counts
+    B, W, dev = src.size(0), beam_size, src.device
+    memory = model.encode(src, src_mask).repeat_interleave(W, dim=0)  # (B*W, S, D)
+    src_mask = None if src_mask is None else src_mask.repeat_interleave(W, dim=0)  # (B*W, 1, 1, S)
+    ys = torch.full((B * W, 1), bos_id, dtype=torch.long, device=dev)  # (B*W, 1)
+    log_p = torch.zeros(B, W, device=dev)  # (B, W) log P of each beam's prefix
+    log_p[:, 1:] = float("-inf")  # W copies of BOS are one prefix: only the first one counts
     best, done = _Finished(B, int(limits.max()), pad_id, dev), torch.zeros_like(limits).bool()
     pad, cache = torch.tensor([pad_id], device=dev), DecoderCache() if use_cache else None
     for n in range(1, int(limits.max()) + 1):  # n: tokens generated after this step
-        logits = next_token_logits(model, memory, src_mask, ys, cache)  # (B*K, V)
-        log_probs = logits.log_softmax(-1).index_fill(-1, pad, float("-inf"))  # (B*K, V)
-        top_lp, rows, seqs = _top_candidates(log_p, log_probs, ys)  # seqs: (B, 2K, n + 1)
-        is_eos = seqs[..., -1] == eos_id  # (B, 2K)
+        logits = next_token_logits(model, memory, src_mask, ys, cache)  # (B*W, n_vocab)
+        log_probs = logits.log_softmax(-1).index_fill(-1, pad, float("-inf"))  # (B*W, n_vocab)
+        top_lp, rows, seqs = _top_candidates(log_p, log_probs, ys)  # seqs: (B, 2W, n + 1)
+        is_eos = seqs[..., -1] == eos_id  # (B, 2W)
         best.offer(seqs, top_lp, is_eos | (n >= limits)[:, None], n, alpha, done)
-        log_p, pick = top_lp.masked_fill(is_eos, float("-inf")).topk(K, dim=-1)  # (B, K) beams
-        keep = pick[..., None].expand(-1, -1, n + 1)  # (B, K, n + 1)
-        ys = seqs.gather(1, keep).view(B * K, n + 1)  # (B*K, n + 1)
+        log_p, pick = top_lp.masked_fill(is_eos, float("-inf")).topk(W, dim=-1)  # (B, W) beams
+        keep = pick[..., None].expand(-1, -1, n + 1)  # (B, W, n + 1)
+        ys = seqs.gather(1, keep).view(B * W, n + 1)  # (B*W, n + 1)
         if cache is not None:
-            cache.reorder(rows.gather(1, pick).view(B * K))  # the cache follows its beams
+            cache.reorder(rows.gather(1, pick).view(B * W))  # the cache follows its beams
         done |= (best.score >= log_p[:, 0] / length_penalty(n, alpha)) | (n >= limits)
         if done.all():
             break
@@ -106,7 +107,7 @@ def score_sequences(
     """Score outputs ys (B, 1 + T) by teacher forcing: log P(Y | X) / lp(|Y|) (§6.1)."""
     memory = model.encode(src, src_mask)  # (B, S, D)
     mask = causal_mask(ys.size(1) - 1, device=ys.device)  # (1, 1, T, T)
-    logits = model.generator(model.decode(memory, src_mask, ys[:, :-1], mask))  # (B, T, V)
+    logits = model.generator(model.decode(memory, src_mask, ys[:, :-1], mask))  # (B, T, n_vocab)
     log_p = logits.log_softmax(-1).gather(-1, ys[:, 1:, None]).squeeze(-1)  # (B, T)
     real = ys[:, 1:] != pad_id  # (B, T)
     return log_p.masked_fill(~real, 0.0).sum(-1) / length_penalty(real.sum(-1), alpha)  # (B,)

@@ -6,7 +6,8 @@
 __all__ = ['COPY_MODEL', 'copy_model', 'simple_greedy_decode', 'exact_match']
 
 # %% ../../notebooks/13_copy_task.ipynb #c012
-# Legend: B batch, S source len, T = S + 2 target len (BOS, the symbols, EOS), V vocab, H heads.
+# Legend: B batch, S source len, T = S + 2 target len (BOS, the symbols, EOS), n_vocab vocabulary size,
+# H heads.
 
 import torch
 from torch import Tensor
@@ -34,7 +35,7 @@ def simple_greedy_decode(
     done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)  # (B,)
     for step in range(int(limits.max())):
         out = model.decode(memory, src_mask, ys, causal_mask(ys.size(1), src.device))  # (B, T, D)
-        logits = model.generator(out[:, -1])  # (B, V): the last position predicts the next token
+        logits = model.generator(out[:, -1])  # (B, n_vocab): the last position predicts the next token
         logits[:, pad_id] = float("-inf")  # padding is never a token
         token = logits.argmax(-1).masked_fill(done, pad_id)  # (B,) a finished row only pads
         ys = torch.cat([ys, token[:, None]], dim=1)  # (B, T + 1)

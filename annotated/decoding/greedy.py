@@ -6,7 +6,7 @@
 __all__ = ['next_token_logits', 'max_len_from_source', 'greedy_decode']
 
 # %% ../../notebooks/14_decoding.ipynb #c002
-# Legend: B batch, S source len, T target len so far, K beam size, V vocab, D d_model.
+# Legend: B batch, S source len, T target len so far, n_vocab vocabulary size, D d_model.
 import torch
 from torch import Tensor, nn
 
@@ -23,7 +23,7 @@ def next_token_logits(
     ys: Tensor,  # (B, T) the prefix so far, starting with BOS
     cache: DecoderCache | None = None,  # every layer's keys and values of ys[:, :-1]
 ) -> Tensor:
-    """Return the logits (B, V) of the token after `ys`: the model is auto-regressive (§3)."""
+    """Return the logits (B, n_vocab) of the token after `ys`: the model is auto-regressive (§3)."""
     if cache is None:  # recompute every position of the prefix
         mask = causal_mask(ys.size(1), device=ys.device)  # (1, 1, T, T)
         states = model.decode(memory, src_mask, ys, mask)  # (B, T, D)
@@ -35,7 +35,7 @@ def next_token_logits(
                 f"positions for ys of length {ys.size(1)}"
             )
         states = model.decode(memory, src_mask, ys[:, -1:], None, cache)  # (B, 1, D)
-    return model.generator(states[:, -1])  # (B, V)
+    return model.generator(states[:, -1])  # (B, n_vocab)
 
 # %% ../../notebooks/14_decoding.ipynb #c011
 def max_len_from_source(src: Tensor, src_mask: Tensor | None, extra: int = 50) -> Tensor:
@@ -121,7 +121,7 @@ def greedy_decode(
     pad = torch.tensor([pad_id], device=src.device)
     cache = DecoderCache() if use_cache else None  # filled by the first step
     for step in range(int(limits.max())):
-        logits = next_token_logits(model, memory, src_mask, ys, cache)  # (B, V)
+        logits = next_token_logits(model, memory, src_mask, ys, cache)  # (B, n_vocab)
         token = logits.index_fill(-1, pad, float("-inf")).argmax(-1)  # (B,)
         token = token.masked_fill(done, pad_id)  # a finished sentence only pads
         ys = torch.cat([ys, token[:, None]], dim=1)  # (B, T + 1)

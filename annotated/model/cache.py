@@ -40,7 +40,7 @@ class DecoderCache:
     """Every decoder layer's keys and values, kept between decoding steps (notebook 14)."""
 
     def __init__(self, layers: list[tuple[KVCache, KVCache]] | None = None):
-        self.layers = layers or []  # per layer (self-attention, context attention); filled on first use
+        self.layers = layers or []  # per layer (self-attention, encoder-decoder); filled on first use
 
     @property
     def length(self) -> int | Tensor:

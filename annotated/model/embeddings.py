@@ -6,7 +6,7 @@
 __all__ = ['Embeddings']
 
 # %% ../../notebooks/06_embeddings.ipynb #c002
-# Shapes: B batch, T sequence length, D d_model, V vocab.
+# Shapes: B batch, L sequence length (S or T), D d_model, n_vocab vocabulary size.
 import math
 
 import torch
@@ -42,4 +42,4 @@ class Embeddings(nn.Module):
             )
         if values_are_free(tokens):  # on a GPU, min/max would wait for it at every decoding step
             check_token_ids(tokens, self.vocab_size)
-        return self.lut(tokens) * math.sqrt(self.d_model)  # (B, T, D)
+        return self.lut(tokens) * math.sqrt(self.d_model)  # (B, L, D)

@@ -6,7 +6,7 @@
 __all__ = ['PositionwiseFeedForward']
 
 # %% ../../notebooks/08_feed_forward.ipynb #c002
-# Shapes: B batch, T sequence length, D d_model, F d_ff.
+# Shapes: B batch, L sequence length (S or T), D d_model, F d_ff.
 import torch
 from torch import Tensor, nn
 
@@ -29,5 +29,5 @@ class PositionwiseFeedForward(nn.Module):
             raise ValueError(
                 f"x must have last dimension d_model={self.d_model}, got shape {tuple(x.shape)}"
             )
-        hidden = self.dropout(torch.relu(self.w_1(x)))  # (B, T, F)
-        return self.w_2(hidden)  # (B, T, D)
+        hidden = self.dropout(torch.relu(self.w_1(x)))  # (B, L, F)
+        return self.w_2(hidden)  # (B, L, D)

@@ -6,7 +6,7 @@
 __all__ = ['LayerNorm', 'SublayerConnection']
 
 # %% ../../notebooks/07_add_and_norm.ipynb #c002
-# Shapes: B batch, T sequence length, D d_model; "..." any leading dimensions.
+# Shapes: B batch, L sequence length (S or T), D d_model; "..." any leading dimensions.
 from collections.abc import Callable
 
 import torch
@@ -51,5 +51,5 @@ class SublayerConnection(nn.Module):
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         if self.norm_first:
-            return x + self.dropout(sublayer(self.norm(x)))  # (B, T, D)
-        return self.norm(x + self.dropout(sublayer(x)))  # (B, T, D)
+            return x + self.dropout(sublayer(self.norm(x)))  # (B, L, D)
+        return self.norm(x + self.dropout(sublayer(x)))  # (B, L, D)

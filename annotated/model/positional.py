@@ -6,7 +6,7 @@
 __all__ = ['angular_frequencies', 'sinusoidal_encoding', 'relative_shift_matrix', 'PositionalEncoding']
 
 # %% ../../notebooks/05_positional_encoding.ipynb #c002
-# Shapes: B batch, T sequence length, D d_model.
+# Shapes: B batch, L sequence length (S or T), D d_model.
 import torch
 from torch import Tensor, nn
 
@@ -64,7 +64,7 @@ class PositionalEncoding(nn.Module):
             self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        """x: (B, T, D) holding positions start .. start + T - 1 (start > 0 when decoding step by step)."""
+        """x: (B, L, D) holding positions start .. start + L - 1 (start > 0 when decoding step by step)."""
         if x.dim() != 3 or x.size(-1) != self.d_model:
             raise ValueError(
                 f"x must have shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}"
@@ -79,4 +79,4 @@ class PositionalEncoding(nn.Module):
                 f"sequence length {end} exceeds max_len={self.max_len}; build the encoding with max_len >= {end}"
             )
         table = self.embedding.weight if self.learned else self.pe  # (max_len, D)
-        return self.dropout(x + table[start:end])  # (B, T, D)
+        return self.dropout(x + table[start:end])  # (B, L, D)

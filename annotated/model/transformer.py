@@ -97,7 +97,7 @@ class AttentionWeights:
 
     encoder: list[Tensor] = field(default_factory=list)  # N x (B, H, S, S) encoder self-attention
     decoder: list[Tensor] = field(default_factory=list)  # N x (B, H, T, T) masked self-attention
-    cross: list[Tensor] = field(default_factory=list)  # N x (B, H, T, S) context attention
+    cross: list[Tensor] = field(default_factory=list)  # N x (B, H, T, S) encoder-decoder attention
 
 
 class Transformer(nn.Module):
@@ -128,7 +128,7 @@ class Transformer(nn.Module):
         if cfg.shared_vocab:
             self.src_embed = self.tgt_embed
         if cfg.tie_output:
-            self.generator.weight = self.tgt_embed.lut.weight  # (V, D), one tensor
+            self.generator.weight = self.tgt_embed.lut.weight  # (n_vocab, D), one tensor
         for module in self.modules():  # inputs and masks are checked once, in encode and decode
             if isinstance(module, MultiHeadAttention):
                 module.check_inputs = False
@@ -152,7 +152,7 @@ class Transformer(nn.Module):
         tgt_mask: Tensor | None,
         cache: DecoderCache | None = None,  # step-by-step decoding: tgt holds only the new tokens
         *,
-        need_weights: bool = False,  # also return N x self- and N x context-attention weights
+        need_weights: bool = False,  # also return N x self- and N x encoder-decoder attention weights
         tgt_is_causal: bool = False,  # instead of tgt_mask: causal, for the fused kernel
     ) -> Tensor | tuple[Tensor, list[Tensor], list[Tensor]]:
         """Decoder states (B, T, D) for the target tokens, given the memory."""
@@ -188,16 +188,16 @@ class Transformer(nn.Module):
         tgt_is_causal: bool = False,  # instead of tgt_mask: causal (tgt padded on the right only)
         need_weights: bool = False,  # also return every layer's AttentionWeights
     ) -> Tensor | tuple[Tensor, AttentionWeights]:
-        """Logits (B, T, V) for every target position, given the source and the shifted target."""
+        """Logits (B, T, n_vocab) for every target position, given the source and the shifted target."""
         if not need_weights:
             memory = self.encode(src, src_mask)  # (B, S, D)
             states = self.decode(memory, src_mask, tgt, tgt_mask, tgt_is_causal=tgt_is_causal)
-            return self.generator(states)  # (B, T, V)
+            return self.generator(states)  # (B, T, n_vocab)
         memory, encoder = self.encode(src, src_mask, need_weights=True)
         states, decoder, cross = self.decode(
             memory, src_mask, tgt, tgt_mask, need_weights=True, tgt_is_causal=tgt_is_causal
         )
-        return self.generator(states), AttentionWeights(encoder, decoder, cross)  # (B, T, V)
+        return self.generator(states), AttentionWeights(encoder, decoder, cross)  # (B, T, n_vocab)
 
 
 def make_model(src_vocab: int, tgt_vocab: int, **overrides) -> Transformer:

@@ -6,7 +6,8 @@
 __all__ = ['Batch']
 
 # %% ../../notebooks/12_training.ipynb #c005
-# Legend: B batch, S source len, T target len, V vocab, N = B * T target positions.
+# Legend: B batch, S source len, T target len, n_vocab vocabulary size; B*T all target positions,
+# flattened into one axis.
 import copy
 
 import torch

@@ -6,7 +6,8 @@
 __all__ = ['train_step', 'Trainer']
 
 # %% ../../notebooks/12_training.ipynb #c002
-# Legend: B batch, S source len, T target len, V vocab, N = B * T target positions.
+# Legend: B batch, S source len, T target len, n_vocab vocabulary size; B*T all target positions,
+# flattened into one axis.
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -66,9 +67,9 @@ def train_step(
     for b in batches:
         b = b if b.src.device == device else b.to(device)
         if b.causal_only:  # the same logits at every real position, without a (B, 1, T, T) mask
-            logits = model(b.src, b.tgt_in, b.src_mask, tgt_is_causal=True)  # (B, T, V)
+            logits = model(b.src, b.tgt_in, b.src_mask, tgt_is_causal=True)  # (B, T, n_vocab)
         else:
-            logits = model(b.src, b.tgt_in, b.src_mask, b.tgt_mask)  # (B, T, V)
+            logits = model(b.src, b.tgt_in, b.src_mask, b.tgt_mask)  # (B, T, n_vocab)
         loss = loss_fn(logits, b.tgt_out)
         (loss * world_size / n_tokens).backward()  # gradients add up over the micro-batches
         total += loss.detach()

@@ -6,7 +6,8 @@
 __all__ = ['LabelSmoothingLoss']
 
 # %% ../../notebooks/12_training.ipynb #c009
-# Legend: B batch, S source len, T target len, V vocab, N = B * T target positions.
+# Legend: B batch, S source len, T target len, n_vocab vocabulary size; B*T all target positions,
+# flattened into one axis.
 import math
 
 import torch
@@ -32,25 +33,25 @@ class LabelSmoothingLoss(nn.Module):
         self.vocab_size, self.pad_id, self.smoothing = vocab_size, pad_id, float(smoothing)
         eps = self.smoothing
         # H(q): the lowest loss per real token any model can reach; KL(q || p) = loss - H(q) per token
-        # log(rest) as log(eps) - log(V - 2): eps / (V - 2) can underflow to 0 for a tiny eps
+        # log(rest) as log(eps) - log(n_vocab - 2): eps / (n_vocab - 2) can underflow to 0 for a tiny eps
         log_rest = math.log(eps) - math.log(vocab_size - 2) if eps else 0.0
         self.entropy = -(1 - eps) * math.log(1 - eps) - eps * log_rest
 
     def target_distribution(self, target: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-        """Return the smoothed targets q (N, V) for labels of any shape (N = their number)."""
-        target = target.reshape(-1, 1)  # (N, 1)
+        """Return the smoothed targets q (B*T, n_vocab) for labels (B, T), or of any shape, flattened."""
+        target = target.reshape(-1, 1)  # (B*T, 1)
         shape, rest = (target.size(0), self.vocab_size), self.smoothing / (self.vocab_size - 2)
-        q = torch.full(shape, rest, dtype=dtype, device=target.device)  # (N, V)
+        q = torch.full(shape, rest, dtype=dtype, device=target.device)  # (B*T, n_vocab)
         q.scatter_(1, target, 1.0 - self.smoothing)
         q[:, self.pad_id] = 0.0  # padding is never the right answer
         q[target[:, 0] == self.pad_id] = 0.0  # padded positions are not scored
-        return q  # (N, V)
+        return q  # (B*T, n_vocab)
 
     def forward(self, logits: Tensor, target: Tensor) -> Tensor:
-        """Sum the loss over real positions: logits (..., V) and labels (...) -> scalar."""
+        """Sum the loss over real positions: logits (..., n_vocab) and labels (...) -> scalar."""
         if logits.size(-1) != self.vocab_size or logits.shape[:-1] != target.shape:
             raise ValueError(
-                f"logits must be target's shape plus V={self.vocab_size}, "
+                f"logits must be target's shape plus vocab_size={self.vocab_size}, "
                 f"got logits {tuple(logits.shape)} and target {tuple(target.shape)}"
             )
         check_tokens(target.reshape(1, -1), "target", "(B, length)")
@@ -61,16 +62,16 @@ class LabelSmoothingLoss(nn.Module):
                 f"got labels from {target.min().item()} to {target.max().item()}"
             )
         dtype = torch.promote_types(logits.dtype, torch.float32)  # half precision: sum in float32
-        log_p = F.log_softmax(logits.reshape(-1, self.vocab_size), dim=-1, dtype=dtype)  # (N, V)
-        target = target.reshape(-1, 1)  # (N, 1)
+        log_p = F.log_softmax(logits.reshape(-1, self.vocab_size), dim=-1, dtype=dtype)  # (B*T, n_vocab)
+        target = target.reshape(-1, 1)  # (B*T, 1)
         # -sum_j q_j log p_j without building q: the label's term plus `rest` times the sum over
         # the classes that are neither the label nor padding
-        label = log_p.gather(1, target)[:, 0]  # (N,)
+        label = log_p.gather(1, target)[:, 0]  # (B*T,)
         loss = (1.0 - self.smoothing) * label
         if self.smoothing:
             rest, pad = self.smoothing / (self.vocab_size - 2), self.pad_id
             # the pad column is sliced out, not subtracted: log p_pad may be -inf
-            not_pad = log_p[:, :pad].sum(dim=-1) + log_p[:, pad + 1 :].sum(dim=-1)  # (N,)
+            not_pad = log_p[:, :pad].sum(dim=-1) + log_p[:, pad + 1 :].sum(dim=-1)  # (B*T,)
             others = not_pad - label.clamp(min=torch.finfo(dtype).min)  # -inf - -inf is nan
             loss = loss + rest * others
         return -loss.masked_fill(target[:, 0] == self.pad_id, 0.0).sum()  # padded: not scored

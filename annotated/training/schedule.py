@@ -6,7 +6,8 @@
 __all__ = ['noam_lr', 'noam_scheduler', 'make_optimizer', 'schedule_rates']
 
 # %% ../../notebooks/12_training.ipynb #c021
-# Legend: B batch, S source len, T target len, V vocab, N = B * T target positions.
+# Legend: B batch, S source len, T target len, n_vocab vocabulary size; B*T all target positions,
+# flattened into one axis.
 
 import torch
 from torch import nn

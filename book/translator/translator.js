@@ -1,33 +1,57 @@
-// The book's German -> English translator: the trained model of the translation chapter, run in
-// the reader's browser by onnxruntime-web (single-threaded WebAssembly) and tokenized by the
+// The book's translator, German -> English and English -> German: the two trained Multi30k models,
+// run in the reader's browser by onnxruntime-web (single-threaded WebAssembly) and tokenized by the
 // @huggingface/tokenizers library from the same tokenizer.json as Python. Nothing loads until the
-// reader asks for a translation. Greedy and beam search follow annotated/decoding/greedy.py and beam.py step for step.
+// reader asks for a translation, and then only the model of the direction chosen (model/de-en/ or
+// model/en-de/). Greedy and beam search follow annotated/decoding/greedy.py and beam.py step for step.
 
 const HERE = new URL("./", import.meta.url);
 const $ = (id) => document.getElementById(id);
+const LANGUAGES = { de: "German", en: "English" }; // the page's labels before a model (translator.json) is loaded
 
-let loading = null; // the promise of the loaded model, made on the first click
+let runtime = null; // the promise of onnxruntime-web and the tokenizer library, made on the first click
+const models = new Map(); // direction -> the promise of its loaded model, made on its first translation
+const tokenizers = new Map(); // tokenizer.json's SHA-256 -> the promise of its Tokenizer (both models share one)
 let busy = false;
 
-function load() {
-  loading ??= (async () => {
+function forgetOnFailure(map, key, promise) {
+  map.set(key, promise);
+  promise.catch(() => map.delete(key)); // a failed load may be retried
+  return promise;
+}
+
+function libraries() {
+  runtime ??= (async () => {
     const ort = await import(new URL("ort.wasm.min.mjs", HERE).href);
     ort.env.wasm.numThreads = 1; // no SharedArrayBuffer needed: works on any static host
     ort.env.wasm.wasmPaths = HERE.href;
     const { Tokenizer } = await import(new URL("tokenizers.min.mjs", HERE).href);
+    return { ort, Tokenizer };
+  })();
+  runtime.catch(() => (runtime = null));
+  return runtime;
+}
+
+function load(direction) {
+  // The model that translates `direction` ("de-en" or "en-de"), fetched from model/DIRECTION/ once
+  if (models.has(direction)) return models.get(direction);
+  const loading = (async () => {
+    const { ort, Tokenizer } = await libraries();
+    const folder = new URL(`model/${direction}/`, HERE);
     const json = async (name) => {
-      const response = await fetch(new URL(`model/${name}`, HERE));
-      if (!response.ok) throw new Error(`could not load ${name} (HTTP ${response.status})`);
+      const response = await fetch(new URL(name, folder));
+      if (!response.ok) throw new Error(`could not load ${direction}/${name} (HTTP ${response.status})`);
       return response.json();
     };
-    const [config, tokenizerJson] = await Promise.all([json("translator.json"), json("tokenizer.json")]);
+    const config = await json("translator.json");
+    if (config.direction !== direction) throw new Error(`model/${direction}/ holds a ${config.direction} model`);
+    const sha = config.tokenizer_sha256;
+    const tokenizer = tokenizers.get(sha) ?? forgetOnFailure(tokenizers, sha, json("tokenizer.json").then((j) => new Tokenizer(j, {})));
     const options = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
-    const session = (name) => ort.InferenceSession.create(new URL(`model/${name}`, HERE).href, options);
-    const [encoder, step] = await Promise.all([session(config.files.encoder), session(config.files.decoder_step)]);
-    return { ort, config, tokenizer: new Tokenizer(tokenizerJson, {}), encoder, step };
+    const session = (name) => ort.InferenceSession.create(new URL(name, folder).href, options);
+    const parts = await Promise.all([tokenizer, session(config.files.encoder), session(config.files.decoder_step)]);
+    return { ort, config, tokenizer: parts[0], encoder: parts[1], step: parts[2] };
   })();
-  loading.catch(() => (loading = null)); // a failed load may be retried
-  return loading;
+  return forgetOnFailure(models, direction, loading);
 }
 
 // Let the browser handle input between decoding steps. A message, unlike setTimeout(0), is not
@@ -234,23 +258,61 @@ function notesOn(text, tokens, finished) {
   return notes.join(" ");
 }
 
+// ---- the direction ----------------------------------------------------------------------------
+
+const chosenDirection = () => document.querySelector('input[name="translator-direction"]:checked').value;
+const namesOf = (direction) => direction.split("-").map((code) => LANGUAGES[code]); // [source, target]
+const withArticle = (language) => `${/^[AEIOU]/.test(language) ? "an" : "a"} ${language}`;
+
+function showLanguages(direction, [source, target]) {
+  // Label the input, the output and the map's explanation with the languages of `direction`
+  document.querySelectorAll('[data-language="source"]').forEach((node) => (node.textContent = source));
+  document.querySelectorAll('[data-language="target"]').forEach((node) => (node.textContent = target));
+  [$("translator-input").lang, $("translator-output").lang] = direction.split("-");
+}
+
+function chooseDirection() {
+  // Labels, examples and the default sentence of the chosen direction; the last translation goes
+  const direction = chosenDirection();
+  showLanguages(direction, namesOf(direction));
+  const lists = [...document.querySelectorAll(".translator-examples")];
+  const ours = lists.flatMap((list) => [list.dataset.default, ...[...list.querySelectorAll("button")].map((b) => b.textContent)]);
+  lists.forEach((list) => (list.hidden = list.dataset.direction !== direction));
+  const input = $("translator-input");
+  if (!input.value.trim() || ours.includes(input.value)) {
+    // the page's own sentence is replaced; the reader's own text stays
+    input.value = lists.find((list) => list.dataset.direction === direction).dataset.default;
+  }
+  shown = null;
+  report("idle", "");
+  $("translator-status").textContent = "";
+}
+
 async function translate() {
   if (busy) return;
   busy = true;
   const button = $("translator-run"), status = $("translator-status");
+  const radios = document.querySelectorAll('input[name="translator-direction"]');
   button.disabled = true;
+  radios.forEach((radio) => (radio.disabled = true)); // the result belongs to the direction it started in
   status.textContent = "";
   try {
+    const direction = chosenDirection();
     const text = $("translator-input").value;
     if (!text.trim()) {
-      report("error", "Type a German sentence first.");
+      report("error", `Type ${withArticle(namesOf(direction)[0])} sentence first.`);
       return;
     }
     report("running", "");
     const started = performance.now();
-    if (!loading) status.textContent = "Loading the model (about 30 MB, once)…";
-    const m = await load();
+    if (!models.has(direction)) {
+      const size = runtime ? "about 17 MB" : "about 30 MB with its runtime";
+      status.textContent = `Loading the ${namesOf(direction).join(" → ")} model (${size}, once)…`;
+    }
+    const m = await load(direction);
     const loaded = performance.now();
+    const [source, target] = m.config.languages;
+    showLanguages(direction, [source, target]);
     const encoding = m.tokenizer.encode(text, { add_special_tokens: false });
     const src = encoding.ids;
     const max = m.config.max_source_tokens;
@@ -274,17 +336,18 @@ async function translate() {
       : await greedy(m, src, limit);
     const { eos_id: EOS } = m.config.special_ids;
     const output = result.tokens.filter((t) => t !== EOS);
-    const english = m.tokenizer.decode(output, { skip_special_tokens: true });
+    const translation = m.tokenizer.decode(output, { skip_special_tokens: true });
     const finished = result.tokens[result.tokens.length - 1] === EOS;
     const unknown = src.filter((t) => t === m.config.special_ids.unk_id).length;
     const took = performance.now() - loaded;
     status.textContent =
       (started !== loaded && loaded - started > 50 ? `Model loaded in ${((loaded - started) / 1000).toFixed(1)} s. ` : "") +
       `Translated in ${took.toFixed(0)} ms.` +
-      (unknown * 2 > src.length ? " Most of the input is outside the model's vocabulary (German image captions)." : "");
-    report("done", english, notesOn(text, output, finished));
+      (unknown * 2 > src.length ? ` Most of the input is outside the model's vocabulary (${source} image captions).` : "");
+    report("done", translation, notesOn(text, output, finished));
     $("translator-output").dataset.ms = took.toFixed(1);
-    showAttention(m, encoding.tokens, result.tokens.map((t) => m.tokenizer.id_to_token(t)), result.attention);
+    const targets = result.tokens.map((t) => m.tokenizer.id_to_token(t));
+    showAttention(m, encoding.tokens, targets, result.attention, [source, target]);
   } catch (error) {
     report("error", `The translator failed: ${error.message}`);
     status.textContent = "";
@@ -292,18 +355,20 @@ async function translate() {
   } finally {
     busy = false;
     button.disabled = false;
+    radios.forEach((radio) => (radio.disabled = false));
   }
 }
 
 // ---- the cross-attention map ------------------------------------------------------------------
 
-let shown = null; // what the map draws: { sources, targets, attention, N, H, S }
+let shown = null; // what the map draws: { sources, targets, attention, N, H, S, eos, languages }
 
-function showAttention(m, sources, targets, attention) {
+function showAttention(m, sources, targets, attention, languages) {
   const { n_layers: N, n_heads: H } = m.config;
-  shown = { sources, targets, attention, N, H, S: sources.length, eos: m.tokenizer.id_to_token(m.config.special_ids.eos_id) };
+  const eos = m.tokenizer.id_to_token(m.config.special_ids.eos_id);
+  shown = { sources, targets, attention, N, H, S: sources.length, eos, languages };
   const layer = $("translator-layer"), head = $("translator-head");
-  if (layer.options.length !== N) {
+  if (layer.options.length !== N || head.options.length !== H + 1) { // the other direction's model may differ
     layer.replaceChildren(...Array.from({ length: N }, (_, i) => new Option(`layer ${i + 1}`, i)));
     layer.value = N - 1;
     head.replaceChildren(new Option("mean of the heads", -1), ...Array.from({ length: H }, (_, h) => new Option(`head ${h + 1}`, h)));
@@ -327,7 +392,7 @@ function label(token, eos) {
 
 function drawAttention() {
   if (!shown) return;
-  const { sources: rawSources, targets: rawTargets, attention, H, S, eos } = shown;
+  const { sources: rawSources, targets: rawTargets, attention, H, S, eos, languages: [source, target] } = shown;
   const sources = rawSources.map((t) => label(t, eos)), targets = rawTargets.map((t) => label(t, eos));
   const layer = Number($("translator-layer").value), head = Number($("translator-head").value);
   const cell = 22, left = 90, top = 90;
@@ -339,7 +404,7 @@ function drawAttention() {
     return node;
   };
   const svg = el("svg", { width: left + cell * S + 10, height: top + cell * targets.length + 10, role: "img" });
-  svg.append(el("title", {}, "Cross-attention: each row is an English subword, each column a German subword"));
+  svg.append(el("title", {}, `Cross-attention: each row is ${withArticle(target)} subword, each column ${withArticle(source)} subword`));
   sources.forEach((token, s) => {
     const x = left + s * cell + cell / 2;
     svg.append(el("text", { x, y: top - 6, transform: `rotate(-60 ${x} ${top - 6})`, class: "translator-label" }, token));
@@ -368,6 +433,8 @@ document.querySelectorAll(".translator-example").forEach((example) =>
     translate();
   })
 );
+document.querySelectorAll('input[name="translator-direction"]').forEach((radio) => radio.addEventListener("change", chooseDirection));
+chooseDirection(); // labels and examples of the checked direction (a reload may keep the reader's choice)
 $("translator-layer").addEventListener("change", drawAttention);
 $("translator-head").addEventListener("change", drawAttention);
 $("translator-run").disabled = false; // the script is here: the button works
