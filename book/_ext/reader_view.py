@@ -377,7 +377,9 @@ def result_substitutions() -> dict[str, str]:
     training = run["training"]
     en_de = RESULTS / "multi30k-en-de" / "results.json"
     if not en_de.exists():
-        raise FileNotFoundError(f"{en_de} is missing: the landing page shows the English-to-German scores too")
+        raise FileNotFoundError(
+            f"{en_de} is missing: the landing page shows the English-to-German scores too"
+        )
     test_en_de = json.loads(en_de.read_text())["test"]
     return {
         "bleu_greedy": f"{test['greedy']['bleu']:.1f}",
