@@ -238,7 +238,7 @@ def write_landing_map() -> None:
     """Draw where the decoder looked for the landing page's example: translator/example_attention.svg.
 
     The trained model translates the sentence greedily (as the page says it does), then reads the
-    translation back with need_weights: the last layer's context attention, mean over its heads.
+    translation back with need_weights: the last layer's encoder-decoder attention, mean over its heads.
     """
     sentence = landing_sentence()
     stamp = LANDING_MAP.with_suffix(".sha256")

@@ -18,12 +18,16 @@ DATA = ROOT.parent / "shared" / "data" / "multi30k"
 GERMAN_ENGLISH = ROOT / "results" / "multi30k" / "model_fp16.pt"  # saved before the option existed
 
 
-@pytest.fixture(scope="module")
-def en_de_run(tmp_path_factory):
+def need_data() -> None:
     if not (DATA / "train.en.gz").is_file():
         if os.environ.get("CI"):
             pytest.fail(f"the Multi30k files are missing from {DATA}")
         pytest.skip(f"no Multi30k files in {DATA}")
+
+
+@pytest.fixture(scope="module")
+def en_de_run(tmp_path_factory):
+    need_data()
     out = tmp_path_factory.mktemp("en-de")
     args = [
         "train",
@@ -46,6 +50,7 @@ def en_de_run(tmp_path_factory):
 
 
 def test_a_split_in_either_direction():
+    need_data()
     de_en, en_de = load_multi30k("val", DATA), load_multi30k("val", DATA, direction="en-de")
     assert [(p.tgt, p.src) for p in de_en] == [tuple(p) for p in en_de]
     assert en_de[0].src.startswith("A group of men")  # English first
@@ -162,3 +167,26 @@ def test_either_direction_trains_the_same_tokenizer(en_de_run, tmp_path, capsys)
         other / "tokenizer.json",
     ]
     assert main([str(a) for a in (*command, "--beam", "1", "A dog.")]) == 0
+
+
+def test_resuming_a_run_saved_before_the_option_keeps_german_to_english(tmp_path, capsys):
+    need_data()
+    out = tmp_path / "old"
+    args = [
+        "train",
+        "--steps",
+        "1",
+        "--vocab-size",
+        "300",
+        "--no-test",
+        *TINY,
+        "--data-dir",
+        str(DATA),
+    ]
+    assert main([*args, "--out", str(out)]) == 0
+    ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
+    del ckpt["extra"]["args"]["direction"]  # as a run saved before --direction existed
+    torch.save(ckpt, out / "checkpoint.pt")
+    capsys.readouterr()
+    line = fails(capsys, ["train", "--resume", out, "--steps", "2", "--direction", "en-de"])
+    assert "--direction en-de differs from its 'de-en'" in line

@@ -4,8 +4,8 @@ T is the target length, N the number of layers, V the value matrix, K the keys; 
 is n_vocab, the beam width W, flattened batch x positions is B*T. The attention whose queries come
 from the decoder and whose keys and values come from the encoder is the encoder-decoder attention
 (§3.2.3); "cross-attention" is said once, on the notation and glossary pages, and the code's
-identifiers (`cross`) stay. The tests read the notebooks' JSON, the generated package, README.md
-and book/*.md.
+identifiers (`cross`) stay. The tests read the notebooks' JSON (sources, figure captions and the
+printed outputs), the generated package, the translator page's script, README.md and book/*.md.
 """
 
 import json
@@ -17,8 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # Written by another author and not yet converted: the graders (notebooks 17-20b and the modules they
-# export), and the figure titles that notebook 15b and 19 store as output. Remove an entry once its
-# file follows the notation.
+# export). Remove an entry once its file follows the notation.
 PENDING_FILES = {
     "notebooks/17_check.ipynb",
     "notebooks/17a_grading.ipynb",
@@ -27,9 +26,7 @@ PENDING_FILES = {
     "notebooks/20b_check_decoding.ipynb",
 }
 PENDING_DIRS = ("annotated/check/",)
-PENDING_TEXT: set[tuple[str, str]] = (
-    set()
-)  # (file, exact text of a code line) kept because its stored output shows it
+PENDING_TEXT: set[tuple[str, str]] = set()  # (file, exact text of a line) not yet converted
 
 # One dimension of a shape: a symbol, a number, or a product/sum of them (B*W, T + 1, 2K).
 DIM = r"\s*(?:\d*[A-Za-z][A-Za-z_0-9]*|\d+)(?:\s*[-+*/·×]\s*(?:\d*[A-Za-z][A-Za-z_0-9]*|\d+))*\s*"
@@ -52,10 +49,27 @@ def texts():
                 yield from ((name, "prose", line) for line in source.splitlines())
             else:
                 yield from code_lines(name, source)
+            caption = (
+                cell.get("metadata", {}).get("mystnb", {}).get("figure", {}).get("caption", "")
+            )
+            yield from ((name, "prose", line) for line in caption.splitlines())
+            for output in cell.get("outputs", []):  # what the reader sees printed
+                shown = output.get("text") or output.get("data", {}).get("text/plain") or ""
+                yield from ((name, "output", line) for line in "".join(shown).splitlines())
     for path in sorted((ROOT / "annotated").rglob("*.py")):
         name = path.relative_to(ROOT).as_posix()
         if path.name != "_modidx.py" and not name.startswith(PENDING_DIRS):
             yield from code_lines(name, path.read_text(encoding="utf-8"))
+    for path in [ROOT / "book" / "translator" / "translator.js", ROOT / "book" / "build_assets.py"]:
+        name = path.relative_to(ROOT).as_posix()  # the page's labels and the landing map's drawing
+        if path.suffix == ".py":
+            yield from code_lines(name, path.read_text(encoding="utf-8"))
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():  # a // comment, or code
+            code, _, comment = line.partition("//")
+            yield (name, "code", code)
+            if comment:
+                yield (name, "comment", comment)
     for path in [ROOT / "README.md", *sorted((ROOT / "book").glob("*.md"))]:
         name = path.relative_to(ROOT).as_posix()
         yield from ((name, "prose", line) for line in path.read_text(encoding="utf-8").splitlines())
@@ -163,7 +177,8 @@ def test_one_name_for_the_encoder_decoder_attention(pattern, allowed):
         if name in allowed or any(name == f and t in line for f, t in PENDING_TEXT):
             continue
         # code identifiers (cross, test_cross_attention_...) and anchors stay as they are
-        text = re.sub(r"[\w-]*#[\w-]+|\w+_attention\w*|`[^`]*`", "", line)
+        quoted = "" if name.endswith(".js") else r"|`[^`]*`"  # in JavaScript, backticks quote text
+        text = re.sub(r"[\w-]*#[\w-]+|\w+_attention\w*" + quoted, "", line)
         if re.search(pattern, text, re.IGNORECASE):
             found.append(f"{name} ({kind}): {line.strip()[:120]}")
     assert not found, "call it the encoder-decoder attention (§3.2.3):\n" + "\n".join(found)

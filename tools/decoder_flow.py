@@ -6,7 +6,7 @@ Figure 1 of the paper draws one decoder layer and writes "N×" beside it. This f
 the encoder's last layer produces the memory (B, S, D) once; every decoder layer n takes its queries
 (B, T, D) from its own masked self-attention, and its keys and values from that same memory. The
 shapes follow book/notation.md. The colours are Figure 1's (tools/figure1.py). The output is
-byte-for-byte deterministic, so tests/test_figures.py can regenerate it and compare.
+byte-for-byte deterministic, so tests/test_decoder_flow.py can regenerate it and compare.
 """
 
 from __future__ import annotations

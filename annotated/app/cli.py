@@ -105,6 +105,7 @@ def resume_config(args: argparse.Namespace) -> tuple[RunConfig, Checkpoint]:
     saved = ckpt.extra.get("args")
     if not isinstance(saved, dict) or "run" not in ckpt.extra:
         raise ValueError(f"--resume {folder}: {path} was not saved by 'train' (no run options in it)")
+    saved = {"direction": "de-en", **saved}  # saved before there was a choice: German->English
     # the model fields left at None (the task's or the paper's value): what its model was built with
     own = {**saved, **{k: v for k, v in vars(ckpt.model.cfg).items() if saved.get(k, 0) is None}}
     if "d_k" in own and own["d_k"] is None:

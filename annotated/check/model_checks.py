@@ -73,10 +73,10 @@ def _dec_memory_attended(m):
     expect_changes(
         m(x, memory2, src_mask, tgt_mask),
         m(x, memory, src_mask, tgt_mask),
-        "changing the memory does not change the output: does the context attention take its "
+        "changing the memory does not change the output: does the encoder-decoder attention take its "
         "keys and values from the memory?",
     )
-    return "the context attention reads the memory: changing it changes the output"
+    return "the encoder-decoder attention reads the memory: changing it changes the output"
 
 
 def decoder_layer(factory: Callable) -> Report:

@@ -73,7 +73,7 @@ function ids(ort, rows) {
 }
 
 async function encode(m, src, beams) {
-  // Cross-attention keys and values of every decoder layer, copied for each beam: (N, K, H, S, Dk)
+  // Encoder-decoder attention keys and values of every decoder layer, copied for each beam: (N, W, H, S, Dk)
   const out = await m.encoder.run({ src: ids(m.ort, [src]) });
   return { cross_k: repeatBatch(m.ort, out.cross_k, beams), cross_v: repeatBatch(m.ort, out.cross_v, beams) };
 }
@@ -95,7 +95,7 @@ function emptyCache(m, beams) {
 }
 
 async function step(m, memory, cache, tokens) {
-  // One decoder step for every beam: logits (K, V), the grown cache, cross-attention (N, K, H, S)
+  // One decoder step for every beam: logits (W, n_vocab), the grown cache, encoder-decoder attention (N, W, H, S)
   const out = await m.step.run({ token: ids(m.ort, tokens.map((t) => [t])), ...memory, ...cache });
   return { logits: out.logits, cache: { self_k: out.new_self_k, self_v: out.new_self_v }, weights: out.cross_weights };
 }
@@ -206,7 +206,7 @@ async function beamSearch(m, src, limit, K, alpha) {
 }
 
 async function attentionOf(m, src, tokens) {
-  // Feed the chosen output back one token at a time to read its cross-attention
+  // Feed the chosen output back one token at a time to read its encoder-decoder attention
   const memory = await encode(m, src, 1);
   let cache = emptyCache(m, 1);
   const attention = [];
@@ -359,7 +359,7 @@ async function translate() {
   }
 }
 
-// ---- the cross-attention map ------------------------------------------------------------------
+// ---- the encoder-decoder attention map -------------------------------------------------------
 
 let shown = null; // what the map draws: { sources, targets, attention, N, H, S, eos, languages }
 
@@ -378,7 +378,7 @@ function showAttention(m, sources, targets, attention, languages) {
 }
 
 function weightsOf(row, layer, head, H, S) {
-  // row: one target token's cross-attention, (N, 1, H, S) flattened -> (S,) for one head or the mean
+  // row: one target token's encoder-decoder attention, (N, 1, H, S) flattened -> (S,) for one head or the mean
   const heads = head < 0 ? [...Array(H).keys()] : [head];
   return Array.from({ length: S }, (_, s) => heads.reduce((sum, h) => sum + row[(layer * H + h) * S + s], 0) / heads.length);
 }
@@ -404,7 +404,7 @@ function drawAttention() {
     return node;
   };
   const svg = el("svg", { width: left + cell * S + 10, height: top + cell * targets.length + 10, role: "img" });
-  svg.append(el("title", {}, `Cross-attention: each row is ${withArticle(target)} subword, each column ${withArticle(source)} subword`));
+  svg.append(el("title", {}, `Encoder-decoder attention: each row is ${withArticle(target)} subword, each column ${withArticle(source)} subword`));
   sources.forEach((token, s) => {
     const x = left + s * cell + cell / 2;
     svg.append(el("text", { x, y: top - 6, transform: `rotate(-60 ${x} ${top - 6})`, class: "translator-label" }, token));
