@@ -39,8 +39,15 @@ def arrow(ax, start, end, color=INK, style="-|>", rad=0.0) -> None:
 
 
 def draw(path: Path) -> Path:
-    plt.rcParams["svg.hashsalt"] = "annotated"  # fixed ids: the same bytes on every run
-    plt.rcParams["svg.fonttype"] = "none"  # text stays text
+    with matplotlib.rc_context():  # whatever another drawing in this process set is left as it was
+        matplotlib.rcdefaults()
+        plt.rcParams["svg.hashsalt"] = "annotated"  # fixed ids: the same bytes on every run
+        plt.rcParams["svg.fonttype"] = "none"  # text stays text
+        plt.rcParams["font.family"] = "DejaVu Sans"
+        return _draw(path)
+
+
+def _draw(path: Path) -> Path:
     fig = plt.figure(figsize=(5.2, 5.6))
     ax = fig.add_axes([0, 0, 1, 1])
     ax.set_xlim(0, 104), ax.set_ylim(2, 126), ax.axis("off")
