@@ -193,7 +193,9 @@ def test_a_checkpoint_without_a_recorded_tokenizer_still_loads(capsys, tmp_path,
 def small_multi30k(monkeypatch):
     """Multi30k replaced by 20 sentence pairs: 'train --task multi30k' in about a second."""
     pairs = [Pair(*p) for p in SENTENCES]
-    monkeypatch.setattr(tasks, "load_multi30k", lambda split, data_dir=None, direction="de-en": pairs)
+    monkeypatch.setattr(
+        tasks, "load_multi30k", lambda split, data_dir=None, direction="de-en": pairs
+    )
 
 
 def test_train_records_its_tokenizer_and_resume_refuses_another(
