@@ -29,7 +29,7 @@ from annotated.app.parser import (
 from .run import train
 from .tasks import TASKS, with_task_defaults
 from ..check.command import add_check_command
-from ..data.multi30k import MULTI30K_SIZES, load_multi30k
+from ..data.multi30k import MULTI30K_SIZES, check_direction, load_multi30k
 from ..data.tokenizer import decode
 from ..decoding.evaluation import bleu_report, translate_ids
 from ..training.checkpoint import Checkpoint, load_checkpoint
@@ -201,7 +201,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     check_beam(args.beam, model, device)
     pairs = load_multi30k(args.split, args.data_dir, direction=direction)[: args.limit]
     report = {"split": args.split, "checkpoint": args.checkpoint, "direction": direction}
-    target = direction.split("-")[1]  # the language of the translations
+    _, target = check_direction(direction)  # the language of the translations
     for beam in sorted({1, args.beam}):
         name = "greedy" if beam == 1 else f"beam{beam}"
         out = Path(args.hypotheses) / f"{args.split}.{name}.{target}" if args.hypotheses else None

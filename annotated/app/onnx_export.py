@@ -19,7 +19,7 @@ import torch
 
 from .inference import load_for_inference
 from .parser import add_direction_check
-from ..data.multi30k import LANGUAGES
+from ..data.multi30k import LANGUAGES, check_direction
 from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from ..files import atomic_path, sha256_of, write_error
 from annotated.app.onnx_graphs import (
@@ -86,7 +86,7 @@ def export_translator(
     config = {
         "files": files,
         "direction": direction,  # source-target languages
-        "languages": [LANGUAGES[code] for code in direction.split("-")],
+        "languages": [LANGUAGES[code] for code in check_direction(direction)],
         "special_ids": {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_ID},
         "vocab_size": cfg.tgt_vocab,
         "max_source_tokens": exportable.src_pos.max_len,

@@ -188,8 +188,8 @@ class Multi30kTask(Task):
             if self.rt.main:
                 save_tokenizer(self.tok, path)
         if self.rt.main:  # every checkpoint names its tokenizer: another one of the same size is refused
-            folder.hashes["tokenizer_sha256"] = sha256_of(path)
-            folder.hashes["direction"] = cfg.direction  # and the languages it translates
+            folder.use_with["tokenizer_sha256"] = sha256_of(path)
+            folder.use_with["direction"] = cfg.direction  # and the languages it translates
         self.train_ex, self.val_ex = encode_pairs(self.tok, train), encode_pairs(self.tok, val)
         self.epoch, self.position = 0, 0
 
@@ -228,7 +228,7 @@ class Multi30kTask(Task):
         val, used = {"final": evaluate_loss(model, self.val_ex, cfg.max_tokens, device)}, "final"
         if len(snapshots) > 1:
             averaged = snapshots.average(model)
-            extra = {"task": "multi30k", "run": folder.run, "snapshots": len(snapshots), **folder.hashes}
+            extra = {"task": "multi30k", "run": folder.run, "snapshots": len(snapshots), **folder.use_with}
             save_checkpoint(folder.out / "averaged.pt", averaged, step=step, **extra)
             val["averaged"] = evaluate_loss(averaged, self.val_ex, cfg.max_tokens, device)
             if val["averaged"]["loss"] < val["final"]["loss"]:  # chosen on val, never on test
@@ -257,7 +257,7 @@ class Multi30kTask(Task):
         if cfg.export_half:
             half = Transformer(model.cfg)
             half.load_state_dict(model.state_dict())
-            save_checkpoint(cfg.export_half, half.half(), step=step, task="multi30k", **folder.hashes)
+            save_checkpoint(cfg.export_half, half.half(), step=step, task="multi30k", **folder.use_with)
         return results
 
 

@@ -177,7 +177,7 @@ class RunFolder:
         self.options = options  # what the run was started with: `--resume` starts it again so
         self.saved_step: int | None = None  # the update that checkpoint.pt holds
         self.on_disk: set[int] = set()  # snapshot steps already written
-        self.hashes: dict[str, str] = {}  # e.g. tokenizer_sha256: what the model must be used with
+        self.use_with: dict[str, str] = {}  # what the model must be used with: tokenizer_sha256, direction
 
     def extra(self, progress: dict, snapshots: list[tuple[int, dict]]) -> dict:
         return {
@@ -186,7 +186,7 @@ class RunFolder:
             "args": self.options,
             "progress": progress,
             "snapshots": [s for s, _ in snapshots],
-            **self.hashes,
+            **self.use_with,
         }
 
     def load_snapshots(self, ckpt: Checkpoint | None) -> list[tuple[int, dict]]:
