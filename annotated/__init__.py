@@ -12,7 +12,7 @@ import importlib.abc
 import sys
 
 __all__ = [
-    # attention (notebooks 02-04)
+    # attention (notebooks 02-04; the layer the model runs: appendix 30)
     "attention",
     "padding_mask",
     "causal_mask",
@@ -33,7 +33,7 @@ __all__ = [
     "TransformerConfig",
     "Transformer",
     "make_model",
-    # training (notebook 12)
+    # training (notebook 12; the step and loop: appendix 28)
     "Batch",
     "LabelSmoothingLoss",
     "noam_lr",

@@ -253,6 +253,48 @@ class FusedMultiHead(nn.Module):
         return self.W_o(out.transpose(1, 2).flatten(2))  # (B, T, D)
 
 
+class KeysFromQueries(FusedMultiHead):
+    """A planted bug: the keys are projected with the queries' block of W_qkv."""
+
+    def forward(self, query, key, value, mask=None):
+        weights, biases = self.W_qkv.weight.chunk(3), self.W_qkv.bias.chunk(3)
+        q, k, v = (
+            F.linear(x, w, b).unflatten(-1, (self.h, -1)).transpose(1, 2)  # (B, H, len, Dk)
+            for x, w, b in zip(
+                (query, key, value), (weights[0], weights[0], weights[2]), biases, strict=True
+            )
+        )
+        out, _ = annotated.attention(q, k, v, mask)  # (B, H, T, Dk)
+        return self.W_o(out.transpose(1, 2).flatten(2))  # (B, T, D)
+
+
+class PerHeadMultiHead(nn.Module):
+    """Correct multi-head attention with each head's own nn.Linear(D, Dk) projections, as §3.2.2 writes them."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        d_k = d_model // n_heads
+        self.heads = nn.ModuleList(
+            nn.ModuleList(nn.Linear(d_model, d_k) for _ in range(3)) for _ in range(n_heads)
+        )
+        self.W_o = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        mask = None if mask is None else mask[:, 0]  # (B, T, S): one head at a time
+        heads = [
+            annotated.attention(W_q(query), W_k(key), W_v(value), mask)[0]
+            for W_q, W_k, W_v in self.heads
+        ]
+        return self.W_o(torch.cat(heads, dim=-1))  # (B, T, D)
+
+
+def test_a_fused_projection_is_cut_into_queries_keys_values():
+    report = check.multi_head(FusedMultiHead)
+    assert report and report.not_applicable == [], str(report)
+    planted = check.multi_head(KeysFromQueries)
+    assert planted.failed == ["matches_reference"], str(planted)
+
+
 class ConvFeedForward(nn.Module):
     """Eq. 2 as two 1x1 convolutions (appendix 08's exercise): no nn.Linear to build Eq. 2 from."""
 
@@ -279,7 +321,7 @@ class TablesAsParameters(TorchTransformer):
 @pytest.mark.parametrize(
     "piece, implementation, inapplicable",
     [
-        ("multi_head", FusedMultiHead, "matches_reference"),
+        ("multi_head", PerHeadMultiHead, "matches_reference"),
         ("feed_forward", ConvFeedForward, "matches_reference"),
         ("model", TablesAsParameters, "embeddings_scaled_then_positions_added"),
     ],

@@ -48,10 +48,28 @@ def reference_multi_head(linears: list[nn.Linear], query, key, value, mask=None)
     return W_o(out.transpose(1, 2).reshape(query.size(0), -1, D))  # (B, T, D)
 
 
-def _mha_reference(m):
+def _projections(m: nn.Module) -> list[nn.Linear]:
+    """W_q, W_k, W_v, W_o in some order: four nn.Linear(D, D), or a fused nn.Linear(D, 3D) cut in three."""
     linears = [x for x in m.modules() if isinstance(x, nn.Linear)]
+    if len(linears) == 2 and sorted(x.weight.size(0) for x in linears) == [D, 3 * D]:
+        fused, W_o = sorted(linears, key=lambda x: -x.weight.size(0))  # PyTorch's packing: rows q, k, v
+        thirds = [nn.Linear(D, D, bias=fused.bias is not None) for _ in range(3)]
+        with torch.no_grad():
+            for i, third in enumerate(thirds):
+                third.weight.copy_(fused.weight[i * D : (i + 1) * D])
+                if fused.bias is not None:
+                    third.bias.copy_(fused.bias[i * D : (i + 1) * D])
+        linears = [*thirds, W_o]
     if len(linears) != 4 or any(x.weight.shape != (D, D) for x in linears):
-        raise NotApplicable("the module does not keep W_q, W_k, W_v, W_o as four nn.Linear(D, D)")
+        raise NotApplicable(
+            "the module keeps W_q, W_k, W_v, W_o neither as four nn.Linear(D, D) nor as a fused "
+            "nn.Linear(D, 3D) and one nn.Linear(D, D)"
+        )
+    return linears
+
+
+def _mha_reference(m):
+    linears = _projections(m)
     x, mem = sequences()
     mask = hide_last(3) & (torch.rand(B, 1, T, S) > 0.3)  # (B, 1, T, S)
     mask[..., 0] = True
@@ -59,7 +77,7 @@ def _mha_reference(m):
     for order in itertools.permutations(linears):  # which Linear plays which role is not known
         if torch.allclose(got, reference_multi_head(list(order), x, mem, mem, mask), atol=1e-5):
             return "equals the paper's formula computed with its own four projections"
-    raise Failure("differs from the paper's formula computed with its own four nn.Linear layers")
+    raise Failure("differs from the paper's formula computed with its own W_q, W_k, W_v, W_o")
 
 # %% ../../notebooks/17_check.ipynb #c039
 def _mha_shape(m):
