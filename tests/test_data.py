@@ -24,6 +24,7 @@ from annotated.data import (
     pad_batch,
     pad_fraction,
     save_tokenizer,
+    shard_batches,
     token_batches,
     train_tokenizer,
 )
@@ -179,7 +180,7 @@ def test_every_rank_gets_the_same_number_of_distinct_batches(world_size):
     per_rank = [
         [
             (s.tolist(), t.tolist())
-            for s, t in token_batches(examples, 150, seed=7, rank=r, world_size=world_size)
+            for s, t in shard_batches(list(token_batches(examples, 150, seed=7)), r, world_size)
         ]
         for r in range(world_size)
     ]
@@ -195,10 +196,11 @@ def test_every_rank_gets_the_same_number_of_distinct_batches(world_size):
 
 def test_bad_batching_arguments_raise_at_call_time():
     examples = random_examples(10, 3)
+    batches = list(token_batches(examples, 100))
     with pytest.raises(ValueError, match="rank=2, world_size=2"):
-        token_batches(examples, 100, rank=2, world_size=2)
+        shard_batches(batches, rank=2, world_size=2)
     with pytest.raises(ValueError, match="world_size >= 1"):
-        token_batches(examples, 100, world_size=0)
+        shard_batches(batches, rank=0, world_size=0)
     with pytest.raises(
         ValueError, match=r"max_tokens must be >= the longest example \(12\), got 10"
     ):

@@ -16,7 +16,7 @@ from ..training.checkpoint import Checkpoint, save_checkpoint
 from ..files import sha256_of
 from ..data.copy_task import PAD as COPY_PAD, copy_batches
 from ..decoding.copy_task import COPY_MODEL, exact_match
-from ..data.batching import token_batches
+from ..data.batching import shard_batches, token_batches
 from annotated.data.tokenizer import (
     PAD_ID,
     encode_pairs,
@@ -203,7 +203,8 @@ class Multi30kTask(Task):
         self.epoch, self.position = progress.get("epoch", 0), progress.get("position", 0)
         while True:
             seed, rank, world_size = self.cfg.seed + self.epoch, self.rt.rank, self.rt.world_size
-            shard = list(token_batches(self.train_ex, self.cfg.max_tokens, True, seed, rank, world_size))
+            everything = list(token_batches(self.train_ex, self.cfg.max_tokens, True, seed))
+            shard = shard_batches(everything, rank, world_size)
             if not shard:
                 raise ValueError(f"the training data makes no batch for each of {self.rt.world_size} processes")
             for i, (src, tgt) in enumerate(shard):

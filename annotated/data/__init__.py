@@ -18,7 +18,7 @@ from annotated.data.tokenizer import (
     decode,
     encode_pairs,
 )
-from annotated.data.batching import pad_batch, length_batches, token_batches, pad_fraction
+from annotated.data.batching import pad_batch, length_batches, token_batches, pad_fraction, shard_batches
 from annotated.data.multi30k import (
     MULTI30K_URL,
     MULTI30K_SHA256,
@@ -56,6 +56,7 @@ __all__ = [
     "length_batches",
     "token_batches",
     "pad_fraction",
+    "shard_batches",
     "MULTI30K_URL",
     "MULTI30K_SHA256",
     "MULTI30K_SIZES",
