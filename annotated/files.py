@@ -42,7 +42,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
         _discard(path, tmp, err)
     _sync_folder(path.parent)
 
-
+# %% ../notebooks/12b_checkpoints.ipynb #5f883b07
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """A fresh name beside `path` for a writer that takes a name; renamed to `path` at the end."""
@@ -61,7 +61,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         _discard(path, tmp, err)
     _sync_folder(path.parent)
 
-
+# %% ../notebooks/12b_checkpoints.ipynb #cf94b547
 class WriteError(OSError):
     """A write that failed for want of space, as one line: the path, the disk, what is left."""
 

@@ -117,7 +117,7 @@ def _member_sizes(path, f: BinaryIO) -> dict[str, int]:
         )
     return sizes
 
-
+# %% ../../notebooks/12b_checkpoints.ipynb #d1173e34
 def _check_crc(path, f: BinaryIO, names: list[str]) -> None:
     """Refuse members whose bytes do not match their CRC-32: damage would otherwise load as garbage."""
     with zipfile.ZipFile(f) as archive:
