@@ -17,7 +17,7 @@ __all__ = [
     "padding_mask",
     "causal_mask",
     "MultiHeadAttention",
-    # the rest of the model (notebooks 05-11)
+    # the rest of the model (notebooks 05-11; the layers the model runs: appendices 21 and 30)
     "sinusoidal_encoding",
     "angular_frequencies",
     "relative_shift_matrix",

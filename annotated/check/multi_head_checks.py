@@ -52,7 +52,7 @@ def _projections(m: nn.Module) -> list[nn.Linear]:
     """W_q, W_k, W_v, W_o in some order: four nn.Linear(D, D), or a fused nn.Linear(D, 3D) cut in three."""
     linears = [x for x in m.modules() if isinstance(x, nn.Linear)]
     if len(linears) == 2 and sorted(x.weight.size(0) for x in linears) == [D, 3 * D]:
-        fused, W_o = sorted(linears, key=lambda x: -x.weight.size(0))  # PyTorch's packing: rows q, k, v
+        fused, W_o = sorted(linears, key=lambda x: -x.weight.size(0))  # three blocks of rows, any order
         thirds = [nn.Linear(D, D, bias=fused.bias is not None) for _ in range(3)]
         with torch.no_grad():
             for i, third in enumerate(thirds):
