@@ -5,7 +5,8 @@ module (`#| export model.cache`) to that module's file as it stands, so a module
 would grow with every export. `pyproject.toml` names this processor in `[tool.nbdev] export_procs`, so a
 plain `nbdev-export` runs it: before nbdev appends the first such cells of an export run, it writes the
 module's file anew, as nbdev writes a new module, opened by the first line of the docstring of the first
-class or function exported to it. Later cells of the run (from the same or a later notebook) are appended.
+class or function exported to it. Later cells of the run (from the same or a later notebook) are appended,
+also to a module that an earlier notebook of the run names as its `#| default_exp`.
 """
 
 import ast
@@ -37,6 +38,8 @@ class FreshModules(Processor):
         _seen.add(path)
         default = next((c.directives_["default_exp"] for c in self.nb.cells
                         if "default_exp" in c.directives_), None)  # fmt: skip
+        if default is not None:  # nbdev writes it afresh itself; a later notebook's cells append to it
+            _started.add(default)
         targets: dict[str, list[str]] = {}
         for cell in self.nb.cells:
             found = cell.directives_ if cell.cell_type == "code" else {}

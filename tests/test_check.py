@@ -243,11 +243,15 @@ class FusedMultiHead(nn.Module):
         self.W_qkv = nn.Linear(d_model, 3 * d_model)  # W_q, W_k, W_v stacked
         self.W_o = nn.Linear(d_model, d_model)
 
+    blocks = (0, 1, 2)  # which block of W_qkv's weight projects the queries, the keys, the values
+
     def forward(self, query, key, value, mask=None):
         weights, biases = self.W_qkv.weight.chunk(3), self.W_qkv.bias.chunk(3)
         q, k, v = (
-            F.linear(x, w, b).unflatten(-1, (self.h, -1)).transpose(1, 2)  # (B, H, len, Dk)
-            for x, w, b in zip((query, key, value), weights, biases, strict=True)
+            F.linear(x, weights[i], b)
+            .unflatten(-1, (self.h, -1))
+            .transpose(1, 2)  # (B, H, len, Dk)
+            for x, i, b in zip((query, key, value), self.blocks, biases, strict=True)
         )
         out, _ = annotated.attention(q, k, v, mask)  # (B, H, T, Dk)
         return self.W_o(out.transpose(1, 2).flatten(2))  # (B, T, D)
@@ -256,16 +260,7 @@ class FusedMultiHead(nn.Module):
 class KeysFromQueries(FusedMultiHead):
     """A planted bug: the keys are projected with the queries' block of W_qkv."""
 
-    def forward(self, query, key, value, mask=None):
-        weights, biases = self.W_qkv.weight.chunk(3), self.W_qkv.bias.chunk(3)
-        q, k, v = (
-            F.linear(x, w, b).unflatten(-1, (self.h, -1)).transpose(1, 2)  # (B, H, len, Dk)
-            for x, w, b in zip(
-                (query, key, value), (weights[0], weights[0], weights[2]), biases, strict=True
-            )
-        )
-        out, _ = annotated.attention(q, k, v, mask)  # (B, H, T, Dk)
-        return self.W_o(out.transpose(1, 2).flatten(2))  # (B, T, D)
+    blocks = (0, 0, 2)
 
 
 class PerHeadMultiHead(nn.Module):
