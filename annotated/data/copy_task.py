@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['PAD', 'BOS', 'EOS', 'FIRST_SYMBOL', 'copy_batches']
 
-# %% ../../notebooks/13_copy_task.ipynb #c002
+# %% ../../notebooks/13_copy_task.ipynb #c005
 # Legend: B batch, S source len, T = S + 2 target len (BOS, the symbols, EOS), n_vocab vocabulary size,
 # H heads.
 from collections.abc import Iterator
@@ -16,7 +16,6 @@ from torch import Tensor
 from ..validation import check_int
 from .vocab import SPECIAL_IDS
 
-# %% ../../notebooks/13_copy_task.ipynb #c005
 PAD, BOS, EOS = SPECIAL_IDS.pad, SPECIAL_IDS.bos, SPECIAL_IDS.eos  # 0, 1, 2 (notebook 12): distinct,
 # so decoding starts from BOS, never from the padding id
 FIRST_SYMBOL = SPECIAL_IDS.unk  # no unknown symbols here: those to copy are 3, ..., vocab_size - 1

@@ -44,7 +44,7 @@ def simple_greedy_decode(
             break
     return ys
 
-
+# %% ../../notebooks/13_copy_task.ipynb #c013
 @torch.no_grad()
 def exact_match(model: Transformer, src: Tensor, tgt: Tensor) -> float:
     """Greedy-decode every source from BOS (§6.1); return the share copied exactly, EOS included."""

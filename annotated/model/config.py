@@ -5,12 +5,12 @@
 # %% auto #0
 __all__ = ['TransformerConfig']
 
-# %% ../../notebooks/11_model.ipynb #c002
+# %% ../../notebooks/11_model.ipynb #c005
 from dataclasses import dataclass
 
 from ..validation import positive_int
 
-# %% ../../notebooks/11_model.ipynb #c005
+
 @dataclass(frozen=True)
 class TransformerConfig:
     """The Transformer's hyperparameters; the defaults are the paper's base model (Table 3)."""
@@ -37,29 +37,34 @@ class TransformerConfig:
     embedding_init: str = "xavier"  # "xavier", or "normal": N(0, 1/d_model) for the embeddings
 
     def __post_init__(self):
-        for name in ("src_vocab", "tgt_vocab", "n_layers", "d_model", "d_ff", "n_heads", "max_len"):
-            positive_int(getattr(self, name), name)
-        if self.d_model % self.n_heads:
-            raise ValueError(
-                f"d_model must be divisible by n_heads, got d_model={self.d_model} and n_heads={self.n_heads}"
-            )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.d_k is not None:
-            positive_int(self.d_k, "d_k")
-        if self.position_init not in ("xavier", "sinusoid") or (
-            self.position_init != "xavier" and not self.learned_positions
-        ):
-            raise ValueError(
-                "position_init must be 'xavier', or 'sinusoid' with learned_positions=True, got "
-                f"position_init={self.position_init!r} and learned_positions={self.learned_positions}"
-            )
-        if self.embedding_init not in ("xavier", "normal"):
-            raise ValueError(
-                f"embedding_init must be 'xavier' or 'normal', got {self.embedding_init!r}"
-            )
-        if self.shared_vocab and self.src_vocab != self.tgt_vocab:
-            raise ValueError(
-                "shared_vocab=True needs src_vocab == tgt_vocab, "
-                f"got src_vocab={self.src_vocab} and tgt_vocab={self.tgt_vocab}"
-            )
+        check_config(self)  # below: a configuration no model can be built from fails here
+
+# %% ../../notebooks/11_model.ipynb #c005c
+def check_config(cfg: TransformerConfig) -> None:
+    """Refuse a configuration no model can be built from, naming the field."""
+    for name in ("src_vocab", "tgt_vocab", "n_layers", "d_model", "d_ff", "n_heads", "max_len"):
+        positive_int(getattr(cfg, name), name)
+    if cfg.d_model % cfg.n_heads:
+        raise ValueError(
+            f"d_model must be divisible by n_heads, got d_model={cfg.d_model} and n_heads={cfg.n_heads}"
+        )
+    if not 0.0 <= cfg.dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}")
+    if cfg.d_k is not None:
+        positive_int(cfg.d_k, "d_k")
+    if cfg.position_init not in ("xavier", "sinusoid") or (
+        cfg.position_init != "xavier" and not cfg.learned_positions
+    ):
+        raise ValueError(
+            "position_init must be 'xavier', or 'sinusoid' with learned_positions=True, got "
+            f"position_init={cfg.position_init!r} and learned_positions={cfg.learned_positions}"
+        )
+    if cfg.embedding_init not in ("xavier", "normal"):
+        raise ValueError(
+            f"embedding_init must be 'xavier' or 'normal', got {cfg.embedding_init!r}"
+        )
+    if cfg.shared_vocab and cfg.src_vocab != cfg.tgt_vocab:
+        raise ValueError(
+            "shared_vocab=True needs src_vocab == tgt_vocab, "
+            f"got src_vocab={cfg.src_vocab} and tgt_vocab={cfg.tgt_vocab}"
+        )
