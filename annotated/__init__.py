@@ -33,7 +33,7 @@ __all__ = [
     "TransformerConfig",
     "Transformer",
     "make_model",
-    # training (notebook 12; the step and loop: appendix 28)
+    # training (notebook 12; the package's batch, loss, schedule, averaging, step and loop: appendix 28)
     "Batch",
     "LabelSmoothingLoss",
     "noam_lr",
@@ -55,7 +55,7 @@ __all__ = [
     "exact_match",
     "simple_greedy_decode",
     "COPY_MODEL",
-    # decoding (notebook 14)
+    # decoding (notebooks 14 and 14b)
     "greedy_decode",
     "beam_search",
     "length_penalty",
@@ -66,7 +66,7 @@ __all__ = [
     "token_batches",
     "corpus_bleu",
     "tokenized_bleu",
-    # tasks, run configurations and presets (notebook 23)
+    # tasks, run configurations and presets (notebook 25)
     "Task",
     "TASKS",
     "RunConfig",
