@@ -62,12 +62,8 @@ def beam_search(
     beam_size: int = 4,
     alpha: float = 0.6,
     max_len: int | Tensor | None = None,  # tokens to generate at most; None: source length + 50
-    *,
-    bos_id: int,
-    eos_id: int,
-    pad_id: int,  # fills the output after EOS; never chosen as a token
-    use_cache: bool = True,
-    return_scores: bool = False,  # also return the best hypotheses' scores (B,)
+    *, bos_id: int, eos_id: int, pad_id: int,  # pad_id: fills the output after EOS, never chosen
+    use_cache: bool = True, return_scores: bool = False,  # return_scores: also the best scores (B,)
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Keep the beam_size best prefixes per sentence; return the best finished one (§6.1)."""
     if not alpha >= 0:
@@ -89,8 +85,7 @@ def beam_search(
         is_eos = seqs[..., -1] == eos_id  # (B, 2W)
         best.offer(seqs, top_lp, is_eos | (n >= limits)[:, None], n, alpha, done)
         log_p, pick = top_lp.masked_fill(is_eos, float("-inf")).topk(W, dim=-1)  # (B, W) beams
-        keep = pick[..., None].expand(-1, -1, n + 1)  # (B, W, n + 1)
-        ys = seqs.gather(1, keep).view(B * W, n + 1)  # (B*W, n + 1)
+        ys = seqs.gather(1, pick[..., None].expand(-1, -1, n + 1)).view(B * W, n + 1)  # (B*W, n + 1)
         if cache is not None:
             cache.reorder(rows.gather(1, pick).view(B * W))  # the cache follows its beams
         done |= (best.score >= log_p[:, 0] / length_penalty(n, alpha)) | (n >= limits)

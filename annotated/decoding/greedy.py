@@ -45,6 +45,36 @@ def max_len_from_source(src: Tensor, src_mask: Tensor | None, extra: int = 50) -
     real = src_mask.expand(src.size(0), -1, -1, -1).reshape(src.size(0), -1)  # (B, S)
     return real.sum(-1) + extra  # (B,)
 
+
+@torch.no_grad()
+def greedy_decode(
+    model: nn.Module,
+    src: Tensor,  # (B, S)
+    src_mask: Tensor | None,  # (B, 1, 1, S)
+    max_len: int | Tensor | None,  # tokens to generate at most; None: source length + 50
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,  # what a finished sentence emits; never chosen as a token
+    use_cache: bool = True,
+) -> Tensor:
+    """Take the most probable token at every step until EOS or max_len (one beam, §6.1)."""
+    src_mask, limits = _check_inputs(src, src_mask, max_len)  # limits: (B,)
+    _check_model(model, src, limits, bos_id=bos_id, pad_id=pad_id)  # eos_id=-1: never stop
+    memory = model.encode(src, src_mask)  # (B, S, D)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)  # (B,)
+    pad = torch.tensor([pad_id], device=src.device)
+    cache = DecoderCache() if use_cache else None  # filled by the first step
+    for step in range(int(limits.max())):
+        logits = next_token_logits(model, memory, src_mask, ys, cache)  # (B, n_vocab)
+        token = logits.index_fill(-1, pad, float("-inf")).argmax(-1)  # (B,)
+        token = token.masked_fill(done, pad_id)  # a finished sentence only pads
+        ys = torch.cat([ys, token[:, None]], dim=1)  # (B, T + 1)
+        done |= (token == eos_id) | (step + 1 >= limits)
+        if done.all():  # terminate early when possible (§6.1)
+            break
+    return ys  # (B, 1 + at most max_len)
+
 # %% ../../notebooks/14_decoding.ipynb #c013
 def _check_inputs(
     src: Tensor, src_mask: Tensor | None, max_len: int | Tensor | None, beam_size: int = 1
@@ -84,7 +114,7 @@ def _check_inputs(
     positive_int(max_len, "max_len", "tokens to generate")
     return src_mask, torch.full((B,), max_len, device=src.device)  # (B,)
 
-
+# %% ../../notebooks/14_decoding.ipynb #c013b
 def _check_model(model: nn.Module, src: Tensor, limits: Tensor, **ids: int) -> None:
     """Token ids inside the vocabularies, and lengths the positional encoding covers."""
     cfg = getattr(model, "cfg", None)
@@ -99,33 +129,3 @@ def _check_model(model: nn.Module, src: Tensor, limits: Tensor, **ids: int) -> N
             f"max_len must be at most the model's max_len={cfg.max_len} (positions it can encode), "
             f"got {longest} (sources of length {src.size(1)}, outputs of up to {int(limits.max())})"
         )
-
-# %% ../../notebooks/14_decoding.ipynb #c014
-@torch.no_grad()
-def greedy_decode(
-    model: nn.Module,
-    src: Tensor,  # (B, S)
-    src_mask: Tensor | None,  # (B, 1, 1, S)
-    max_len: int | Tensor | None,  # tokens to generate at most; None: source length + 50
-    bos_id: int,
-    eos_id: int,
-    pad_id: int,  # what a finished sentence emits; never chosen as a token
-    use_cache: bool = True,
-) -> Tensor:
-    """Take the most probable token at every step until EOS or max_len (one beam, §6.1)."""
-    src_mask, limits = _check_inputs(src, src_mask, max_len)  # limits: (B,)
-    _check_model(model, src, limits, bos_id=bos_id, pad_id=pad_id)  # eos_id=-1: never stop
-    memory = model.encode(src, src_mask)  # (B, S, D)
-    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
-    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)  # (B,)
-    pad = torch.tensor([pad_id], device=src.device)
-    cache = DecoderCache() if use_cache else None  # filled by the first step
-    for step in range(int(limits.max())):
-        logits = next_token_logits(model, memory, src_mask, ys, cache)  # (B, n_vocab)
-        token = logits.index_fill(-1, pad, float("-inf")).argmax(-1)  # (B,)
-        token = token.masked_fill(done, pad_id)  # a finished sentence only pads
-        ys = torch.cat([ys, token[:, None]], dim=1)  # (B, T + 1)
-        done |= (token == eos_id) | (step + 1 >= limits)
-        if done.all():  # terminate early when possible (§6.1)
-            break
-    return ys  # (B, 1 + at most max_len)

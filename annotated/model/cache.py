@@ -35,7 +35,7 @@ class KVCache:
             self.k = self.k.index_select(0, indices)  # (B', H, length, Dk)
             self.v = self.v.index_select(0, indices)  # (B', H, length, Dk)
 
-
+# %% ../../notebooks/14_decoding.ipynb #c035c
 class DecoderCache:
     """Every decoder layer's keys and values, kept between decoding steps."""
 
