@@ -12,12 +12,12 @@ import importlib.abc
 import sys
 
 __all__ = [
-    # attention (notebooks 02-04; the layer the model runs: appendix 30)
+    # attention (notebooks 02-04; the layer the model runs: appendix 35)
     "attention",
     "padding_mask",
     "causal_mask",
     "MultiHeadAttention",
-    # the rest of the model (notebooks 05-11; the layers the model runs: appendices 21 and 30)
+    # the rest of the model (notebooks 05-11; the layers the model runs: appendices 28 and 35)
     "sinusoidal_encoding",
     "angular_frequencies",
     "relative_shift_matrix",
@@ -33,7 +33,7 @@ __all__ = [
     "TransformerConfig",
     "Transformer",
     "make_model",
-    # training (notebook 12; the package's batch, loss, schedule, averaging, step and loop: appendix 28)
+    # training (notebook 12; the package's batch, loss, schedule, averaging, step and loop: appendix 33)
     "Batch",
     "LabelSmoothingLoss",
     "noam_lr",
@@ -46,7 +46,7 @@ __all__ = [
     "SpecialIds",
     "SPECIAL_IDS",
     "strip_specials",
-    # checkpoints (notebook 12b)
+    # checkpoints (notebook 21)
     "save_checkpoint",
     "load_checkpoint",
     # the copy task (notebook 13)
@@ -55,25 +55,25 @@ __all__ = [
     "exact_match",
     "simple_greedy_decode",
     "COPY_MODEL",
-    # decoding (notebooks 14 and 14b)
+    # decoding (notebooks 14 and 15)
     "greedy_decode",
     "beam_search",
     "length_penalty",
-    # data (notebook 15; the download and checksums: notebook 27) and evaluation (notebook 15b)
+    # data (notebook 16; the download and checksums: notebook 29) and evaluation (notebook 17)
     "load_multi30k",
     "train_tokenizer",
     "load_tokenizer",
     "token_batches",
     "corpus_bleu",
     "tokenized_bleu",
-    # tasks, run configurations and presets (notebook 25)
+    # tasks, run configurations and presets (notebook 31)
     "Task",
     "TASKS",
     "RunConfig",
     "PRESETS",
     # figures
     "attention_chart",
-    # grading a learner's own pieces (notebook 17)
+    # grading a learner's own pieces (notebook 24)
     "check",
 ]
 

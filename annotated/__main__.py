@@ -1,4 +1,4 @@
-"""`python -m annotated`: the command line (see annotated/app/cli.py, generated from notebooks/16_command_line.ipynb)."""
+"""`python -m annotated`: the command line (see annotated/app/cli.py, generated from notebooks/22_command_line.ipynb)."""
 
 import sys
 

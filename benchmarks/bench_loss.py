@@ -7,7 +7,7 @@ it spreads eps over all V classes, so its value differs slightly; notebook 12 gi
 - `LabelSmoothingLoss` as exported: the label's term plus one sum per row, without building q;
 - the explicit form -sum(q * log p) with the (N, V) target distribution q built, as the paper states it.
 
-The sizes default to a Multi30k batch of notebook 15 (about 1,800 target tokens, 8,000 subwords). The
+The sizes default to a Multi30k batch of notebook 16 (about 1,800 target tokens, 8,000 subwords). The
 three values are checked to agree before timing. A benchmark prints; it never fails.
 
 Usage: python benchmarks/bench_loss.py [--tokens N] [--vocab V] [--repeats R] [--threads T]

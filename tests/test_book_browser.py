@@ -15,7 +15,7 @@ off, so each load transfers the whole page). A page fails when:
   exceeds the budget: 1.5 MB for the landing page, 3 MB for any other page.
 
 It also checks the favicon, dark mode and the search page, and writes screenshots of the landing
-page and chapters 04, 12 and 15b at both widths to artifacts/screenshots/ (git-ignored). The book
+page and chapters 04, 12 and 17 at both widths to artifacts/screenshots/ (git-ignored). The book
 must be built first (`make book` or `make book-check`).
 """
 
@@ -51,7 +51,7 @@ LANDING_BUDGET = 1.5e6  # bytes transferred for one uncached load of the landing
 PAGE_BUDGET = 3.0e6  # ... and of any other page
 # Pages photographed at both widths: the landing page and three chapters that are hard to lay out.
 SCREENSHOT_PAGES = {"intro": "landing", "notebooks/04_": "04", "notebooks/12_": "12",
-                    "notebooks/15b_": "15b"}  # fmt: skip
+                    "notebooks/17_": "17"}  # fmt: skip
 COMPRESSIBLE = (".html", ".js", ".css", ".svg", ".json", ".txt", ".map")
 
 pytestmark = pytest.mark.browser
@@ -586,6 +586,17 @@ def test_site_features(desktop: PageLog, book_url: str) -> None:
     tex = [s for s in snippets if re.search(r"\\[a-zA-Z]+|\\[()\[\]]|\$\$", s)]
     assert not tex, f"search snippets show TeX source: {tex[:2]}"
     desktop.assert_clean("search.html")
+
+
+def test_old_addresses_open_the_renumbered_chapters(desktop: PageLog, book_url: str) -> None:
+    """A link made before the renumbering (book/renamed.yml) opens the chapter, at the same section."""
+    page = desktop.page
+    renamed = yaml.safe_load((BOOK / "renamed.yml").read_text(encoding="utf-8"))
+    for old, new in renamed.items():
+        page.goto(f"{book_url}/notebooks/{old}.html#summary", wait_until="commit")
+        page.wait_for_url(f"**/notebooks/{new}.html#summary", timeout=RENDER_TIMEOUT_MS)
+    page.wait_for_load_state("load")
+    assert page.title().startswith("36 · "), page.title()
 
 
 SEARCH_RESULTS = """() => [...document.querySelectorAll('#search-results li')].map(li => ({

@@ -1,4 +1,4 @@
-"""`python -m annotated check` runs the learner's code apart (annotated.check.sandbox, appendix 17a).
+"""`python -m annotated check` runs the learner's code apart (annotated.check.sandbox, appendix 23).
 
 A hang, an exit or a crash of that code is a failed check with one line of reason and exit status 1,
 never the grader's end or a pass; the code works in a scratch folder, within `--timeout` seconds and,

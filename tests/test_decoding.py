@@ -383,7 +383,7 @@ def test_bad_input_is_reported_by_name(kwargs, message):
             )
 
 
-# ---- the saved copier that notebooks 14 and 14b decode with ----------------------------------------
+# ---- the saved copier that notebooks 14 and 15 decode with ----------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -179,3 +179,37 @@ def test_results_readme_says_what_reads_every_file():
     ]
     missing = sorted(f for f in files if f != "README.md" and not covered(f))
     assert listed and not missing, f"results/README.md does not say what reads {missing}"
+
+
+def test_chapters_are_numbered_in_reading_order():
+    """The sidebar's order is the numbers' order, and each title starts with its file's number."""
+    toc = yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())
+    numbered = [
+        (chapter["file"], chapter["title"])
+        for part in toc["parts"]
+        for chapter in part["chapters"]
+        if chapter["file"].startswith("notebooks/")
+    ]
+    numbers = [re.match(r"notebooks/(\d\d)_", file)[1] for file, _ in numbered]
+    assert numbers == [f"{n:02d}" for n in range(len(numbers))], numbers
+    for (file, title), number in zip(numbered, numbers, strict=True):
+        assert title.startswith(f"{number} · "), f"{file}: title {title!r}"
+        first = json.loads((ROOT / f"{file}.ipynb").read_text())["cells"][0]
+        assert "".join(first["source"]).startswith(f"# {number} · "), f"{file}: first heading"
+
+
+def test_old_chapter_addresses_lead_to_the_new_ones():
+    """book/renamed.yml maps every old name to a notebook that exists, and no old name is reused."""
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    try:
+        import renamed_pages
+    finally:
+        sys.path.pop(0)
+    renamed = renamed_pages.renamed(ROOT / "book")
+    notebooks = {p.stem for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert set(renamed.values()) <= notebooks
+    assert not set(renamed) & notebooks, "an old address is a chapter's address again"
+    page = renamed_pages.redirect_page("17_reading_the_model", "17 · Reading <the> model")
+    assert '<meta http-equiv="refresh" content="0; url=17_reading_the_model.html">' in page
+    assert 'location.replace("17_reading_the_model.html" + location.hash)' in page
+    assert "17 · Reading &lt;the&gt; model" in page

@@ -1,6 +1,6 @@
 """Every chapter reference in the book's prose is a link, and every link to a chapter lands.
 
-The notebooks' markdown cells and the pages in book/ refer to each other ("chapter 15", "appendix 27").
+The notebooks' markdown cells and the pages in book/ refer to each other ("chapter 16", "appendix 29").
 Written as plain text, such a number goes stale without anyone noticing; written as a link, this file
 checks it: the file exists, the section it names (``#anchor``) exists, and the number in the link's
 text is the number of the notebook it points at. The markdown is read with MyST's own parser, the one
@@ -30,7 +30,7 @@ MD = create_md_parser(
 # Heading levels that get a slug; 0 (MyST's default) means none, and every #anchor fails the build.
 ANCHOR_LEVELS = CONFIG["sphinx"]["config"].get("myst_heading_anchors", 0)
 
-# "chapter 15", "Notebook 12b", "appendices 17", "chapters 05-11": a chapter named by its number.
+# "chapter 16", "Notebook 21", "appendices 24", "chapters 05-11": a chapter named by its number.
 PLAIN = re.compile(r"\b(?:notebooks?|chapters?|appendix|appendices)\s+\d\d[a-z]?\b", re.IGNORECASE)
 NUMBER = re.compile(r"\b(\d\d[a-z]?)\b")
 LINKED = "\x00"  # stands in for linked text and code when looking for plain references
@@ -175,24 +175,24 @@ IDS = [f"{where} -> {target}" for where, _, target, _ in LINKS]
 def test_the_parser_sees_every_kind_of_link_and_reference():
     """The helpers find links in all three forms and a reference broken over two lines."""
     sample = (
-        "See [chapter 15](15_translation.ipynb#batches), {doc}`02 <notebooks/02_x>` and\n"
+        "See [chapter 16](16_translation.ipynb#batches), {doc}`02 <notebooks/02_x>` and\n"
         '<a href="notebooks/00_overview.html#roadmap">chapter 00</a>; `notebook 13` is code,\n'
-        "appendix\n27 is plain, [appendix\n29](29_charts.ipynb) is not."
+        "appendix\n27 is plain, [appendix\n34](34_charts.ipynb) is not."
     )
     assert links(sample) == [
-        ("chapter 15", "15_translation.ipynb#batches"),
+        ("chapter 16", "16_translation.ipynb#batches"),
         ("02", "notebooks/02_x"),
         ("chapter 00", "notebooks/00_overview.html#roadmap"),
-        ("appendix 29", "29_charts.ipynb"),
+        ("appendix 34", "34_charts.ipynb"),
     ]
     assert [m.group(0) for t in unlinked_text(sample) for m in PLAIN.finditer(t)] == ["appendix 27"]
-    assert resolve("notebooks/01_x.ipynb", "15_translation.ipynb#batches") == (
-        BOOK / "notebooks" / "15_translation.ipynb",
+    assert resolve("notebooks/01_x.ipynb", "16_translation.ipynb#batches") == (
+        BOOK / "notebooks" / "16_translation.ipynb",
         "batches",
     )
     assert resolve("notebooks/01_x.ipynb", "https://example.org/a.md") is None
     assert "batches-by-token-count-51" in anchors(
-        BOOK / "notebooks" / "15_translation.ipynb", False
+        BOOK / "notebooks" / "16_translation.ipynb", False
     )
 
 

@@ -62,7 +62,7 @@ def test_batch_shifts_target_and_builds_masks():
 
 
 def test_a_mask_set_by_hand_survives_moving_the_batch():
-    """The no-look-ahead ablation (chapter 22) sets tgt_mask by hand; `to()` must not rebuild it."""
+    """The no-look-ahead ablation (chapter 19) sets tgt_mask by hand; `to()` must not rebuild it."""
     src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
     tgt = torch.tensor([[1, 7, 6, 5, 2], [1, 9, 8, 2, 0]])
     batch = Batch(src, tgt, pad_id=0)
@@ -325,7 +325,7 @@ def test_scheduler_sets_the_rate_of_each_update():
 
 
 def test_scheduler_without_warm_up_holds_the_peak_then_decays_the_same():
-    """hold_peak: the peak rate from update 1 to `warmup`, then Eq. 3 exactly (notebook 23's ablation)."""
+    """hold_peak: the peak rate from update 1 to `warmup`, then Eq. 3 exactly (notebook 20's ablation)."""
     optimizer = make_optimizer(tiny_model())
     scheduler = noam_scheduler(optimizer, d_model=16, warmup=5, factor=2.0, hold_peak=True)
     for step in range(1, 12):

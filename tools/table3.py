@@ -6,7 +6,7 @@ The test sets are never read. Each run leaves two files that the commands wrote 
 
     results/table3/ROW/seedK.json       the training run (configuration, curve, val perplexity)
     results/table3/ROW/seedK.val.json   its greedy sacreBLEU on the validation split
-    results/table3/rows.json            the budget, and each row's flags and change (for notebook 15c)
+    results/table3/rows.json            the budget, and each row's flags and change (for notebook 18)
 
 A run whose two files exist is skipped, so the script picks up where an earlier call stopped. Runs go
 `--jobs` at a time, each on one thread (on a 2-core machine, 2 jobs use both cores).
@@ -30,7 +30,7 @@ from pathlib import Path
 from annotated.data import MULTI30K_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
-# The budget of every row: notebook 15c's small model, 500 updates of at most 2,048 tokens.
+# The budget of every row: notebook 18's small model, 500 updates of at most 2,048 tokens.
 BUDGET = (
     "--task multi30k --steps 500 --d-model 128 --n-heads 8 --d-ff 512 --n-layers 2 --warmup 200 "
     "--max-tokens 2048 --eval-every 100 --log-every 100 --average 1 --no-test"

@@ -120,7 +120,7 @@ def _check_model(model: nn.Module, src: Tensor, limits: Tensor, **ids: int) -> N
     cfg = getattr(model, "cfg", None)
     if cfg is None:  # not a Transformer: nothing to compare with
         return
-    check_token_ids(src, cfg.src_vocab, "src")  # once here, not at every step (appendix 21)
+    check_token_ids(src, cfg.src_vocab, "src")  # once here, not at every step (appendix 28)
     for name, value in ids.items():
         check_int(value, name, low=0, high=cfg.tgt_vocab - 1, what="an id of the target vocabulary")
     longest = max(src.size(1), int(limits.max()))

@@ -1,7 +1,7 @@
 """The model (§3): attention, masks, heads, positions, embeddings, norms, the encoder, the decoder and the Transformer.
 
 Notebooks 02-11 teach them; the layers the model runs are exported from them and from chapter 14 (the
-cache) and appendices 21 (the embeddings with their checks) and 30.
+cache) and appendices 28 (the embeddings with their checks) and 30.
 
 Each module is generated from a notebook (its header names which); this file, written by hand,
 re-exports their public names.

@@ -48,7 +48,7 @@ class DecoderCache:
         return self.layers[0][0].length if self.layers else 0
 
     def reorder(self, indices: Tensor) -> None:
-        """Keep batch rows `indices` (B',) in every layer, in that order (beam search, notebook 14b)."""
+        """Keep batch rows `indices` (B',) in every layer, in that order (beam search, notebook 15)."""
         for self_cache, cross_cache in self.layers:
             self_cache.reorder(indices)
             cross_cache.reorder(indices)

@@ -46,7 +46,7 @@ def relative_shift_matrix(k: int, d_model: int) -> Tensor:
     blocks = torch.stack(rows, -2)  # (D/2, 2, 2)
     return torch.block_diag(*blocks).to(torch.get_default_dtype())  # (D, D)
 
-# %% ../../notebooks/30_implementation_details.ipynb #5cc8d825
+# %% ../../notebooks/35_implementation_details.ipynb #5cc8d825
 class PositionalEncoding(nn.Module):
     """Add a position vector to each embedding, then apply dropout (§3.5, §5.4)."""
 

@@ -269,7 +269,7 @@ TEXT_OUTPUT = re.compile(
     r'<div class="output [^"]*"><div class="highlight"><pre>(?P<text>.*?)</pre></div>\s*</div>',
     re.S,
 )
-FOLD_LINES = 40  # a printed output longer than this starts folded (chapter 16's --help: 125 lines)
+FOLD_LINES = 40  # a printed output longer than this starts folded (chapter 22's --help: 125 lines)
 
 
 def fold_long_outputs(body: str) -> str:

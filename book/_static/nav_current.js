@@ -1,7 +1,7 @@
 // The navigation drawer (a phone's menu button) opens with the current chapter in view. The theme
 // scrolls the sidebar to the current chapter on load only where the sidebar is on screen, and on
 // opening the drawer it focuses the drawer's first link, which scrolls the list back to the top:
-// from chapter 06 on, the current chapter was below the fold (chapter 26 about 2,400 px down).
+// from chapter 06 on, the current chapter was below the fold (chapter 32 about 2,400 px down).
 document.addEventListener("DOMContentLoaded", () => {
   const toggles = document.querySelectorAll(".primary-toggle");
   const checkbox = document.getElementById("pst-primary-sidebar-checkbox");
