@@ -10,9 +10,7 @@ __all__ = ['next_token_logits', 'max_len_from_source', 'greedy_decode']
 import torch
 from torch import Tensor, nn
 
-from ..validation import check_int, positive_int
 from ..model.cache import DecoderCache
-from ..model.embeddings import check_token_ids
 from ..model.masks import causal_mask
 
 # %% ../../notebooks/14_decoding.ipynb #c007
@@ -75,11 +73,12 @@ def greedy_decode(
             break
     return ys  # (B, 1 + at most max_len)
 
-# %% ../../notebooks/14_decoding.ipynb #c013
+# %% ../../notebooks/28_input_checks.ipynb #43090b84
 def _check_inputs(
     src: Tensor, src_mask: Tensor | None, max_len: int | Tensor | None, beam_size: int = 1
 ) -> tuple[Tensor | None, Tensor]:
     """Validate the decoders' inputs; return src_mask with batch B and the (B,) output limits."""
+    from annotated.validation import positive_int  # inside: this cell joins chapter 14's module
     positive_int(beam_size, "beam_size")
     if not isinstance(src, Tensor) or src.dim() != 2:
         got = tuple(src.shape) if isinstance(src, Tensor) else type(src).__name__
@@ -114,13 +113,15 @@ def _check_inputs(
     positive_int(max_len, "max_len", "tokens to generate")
     return src_mask, torch.full((B,), max_len, device=src.device)  # (B,)
 
-# %% ../../notebooks/14_decoding.ipynb #c013b
+# %% ../../notebooks/28_input_checks.ipynb #3efe1b08
 def _check_model(model: nn.Module, src: Tensor, limits: Tensor, **ids: int) -> None:
     """Token ids inside the vocabularies, and lengths the positional encoding covers."""
+    from annotated.model.embeddings import check_token_ids  # inside: this cell joins chapter 14's module
+    from annotated.validation import check_int
     cfg = getattr(model, "cfg", None)
     if cfg is None:  # not a Transformer: nothing to compare with
         return
-    check_token_ids(src, cfg.src_vocab, "src")  # once here, not at every step (appendix 28)
+    check_token_ids(src, cfg.src_vocab, "src")  # once here: Embeddings skips GPU batches
     for name, value in ids.items():
         check_int(value, name, low=0, high=cfg.tgt_vocab - 1, what="an id of the target vocabulary")
     longest = max(src.size(1), int(limits.max()))
