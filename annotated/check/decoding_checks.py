@@ -6,7 +6,7 @@
 __all__ = ['greedy_decode']
 
 # %% ../../notebooks/27_check_decoding.ipynb #c002
-# Shapes: B batch, T target length, S source length, D d_model, V vocabulary.
+# Shapes: B batch, T target length, S source length, D d_model, n_vocab vocabulary size.
 from collections.abc import Callable
 
 import torch
@@ -25,7 +25,7 @@ from annotated.check.framework import (
 )
 from annotated.model.transformer import make_model
 
-V = 11  # the vocabulary of the toy model: small, and not a power of two
+N_VOCAB = 11  # the vocabulary of the toy model: small, and not a power of two
 
 # %% ../../notebooks/27_check_decoding.ipynb #c005
 PAD, BOS = 0, 1  # and EOS: chosen per property among the tokens the model writes
@@ -35,15 +35,16 @@ NEVER = -1  # an eos_id that never occurs: decoding runs to max_len
 def toy_model() -> nn.Module:
     """A small random Transformer whose greedy outputs vary with the source and the prefix.
 
-    Seeded, so its choices are the same on every run; N(0, 1/d_model) embeddings and an untied
-    output layer, because a random model with the tied Xavier defaults repeats one token."""
+    Seeded, so its choices are the same on every run. Its embeddings are drawn from a normal
+    distribution of variance 1/d_model and its output layer is untied: a random model with the tied
+    Xavier defaults repeats one token."""
     torch.manual_seed(1)
     cfg = dict(n_layers=1, d_model=D, d_ff=32, n_heads=2, dropout=0.0, max_len=32)
-    return make_model(V, V, **cfg, embedding_init="normal", tie_output=False).eval()
+    return make_model(N_VOCAB, N_VOCAB, **cfg, embedding_init="normal", tie_output=False).eval()
 
 
 def decode_inputs() -> tuple[Tensor, Tensor]:
-    src = torch.randint(3, V, (B, S))  # (B, S)
+    src = torch.randint(3, N_VOCAB, (B, S))  # (B, S)
     src[1, S - 2 :] = PAD  # the second source ends in two pads
     return src, (src != PAD)[:, None, None, :]  # src_mask (B, 1, 1, S)
 
@@ -103,7 +104,7 @@ def _gd_argmax(subject):
     ys = decoded(fn, model, src, src_mask, 6, NEVER)
     for t in range(1, ys.size(1)):
         with torch.no_grad():
-            logits = model(src, ys[:, :t], src_mask, causal(t))[:, -1]  # (B, V) after the prefix
+            logits = model(src, ys[:, :t], src_mask, causal(t))[:, -1]  # (B, n_vocab) after the prefix
         best = logits.index_fill(-1, torch.tensor([PAD]), float("-inf")).argmax(-1)  # (B,)
         expect(
             ys[:, t].equal(best),
@@ -147,7 +148,7 @@ def _gd_pad(subject):
     fn, model = subject
     src, src_mask = decode_inputs()
     with torch.no_grad():
-        logits = model(src, torch.full((B, 1), BOS), src_mask, causal(1))[0, -1]  # (V,)
+        logits = model(src, torch.full((B, 1), BOS), src_mask, causal(1))[0, -1]  # (n_vocab,)
     favourite = int(logits.index_fill(0, torch.tensor([BOS]), float("-inf")).argmax())
     ys = decoded(fn, model, src, src_mask, 4, NEVER, pad_id=favourite)
     expect(

@@ -6,7 +6,7 @@
 __all__ = ['decoder_layer', 'model']
 
 # %% ../../notebooks/25_check_model.ipynb #c024
-# Shapes: B batch, T target length, S source length, D d_model, F d_ff, V vocabulary.
+# Shapes: B batch, T target length, S source length, D d_model, F d_ff, n_vocab vocabulary size.
 import math
 from collections.abc import Callable
 
@@ -149,7 +149,7 @@ def _model_embedding_scale(m):
     for tokens, vocab, side in ((src, SRC_VOCAB, "source"), (tgt, TGT_VOCAB, "target")):
         d = tables[vocab][0].embedding_dim
         pe = closed_form_encoding(tokens.size(1), d).float()
-        wants = [e.weight[tokens] * math.sqrt(d) + pe for e in tables[vocab]]  # (B, len, D)
+        wants = [e.weight[tokens] * math.sqrt(d) + pe for e in tables[vocab]]  # (B, L, D)
         expect(
             any(t.shape == w.shape and torch.allclose(t, w, atol=1e-4) for t in seen for w in wants),
             f"no {side}-side tensor equals sqrt(d_model) * embedding + positional encoding "
@@ -159,7 +159,7 @@ def _model_embedding_scale(m):
 
 
 def model(factory: Callable) -> Report:
-    """Grade `factory(src_vocab, tgt_vocab)` -> module(src, tgt, src_mask, tgt_mask) -> (B, T, V) (§3)."""
+    """Grade `factory(src_vocab, tgt_vocab)` -> module(src, tgt, src_mask, tgt_mask) -> (B, T, n_vocab) (§3)."""
     ensure_callable("factory", factory, "building your Transformer")
     properties = with_common(
         _model_inputs,

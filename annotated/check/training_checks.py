@@ -6,7 +6,7 @@
 __all__ = ['embeddings', 'label_smoothing', 'learning_rate']
 
 # %% ../../notebooks/26_check_training.ipynb #c002
-# Shapes: B batch, T target length, S source length, D d_model, V vocabulary.
+# Shapes: B batch, T target length, S source length, D d_model, n_vocab vocabulary size.
 import math
 from collections.abc import Callable
 
@@ -31,26 +31,26 @@ from annotated.check.framework import (
 from annotated.training.loss import LabelSmoothingLoss
 
 # %% ../../notebooks/26_check_training.ipynb #c005
-V = 11  # the vocabulary of every check here: small, and not a power of two
+N_VOCAB = 11  # the vocabulary of every check here: small, and not a power of two
 
 
 def table_of(m: nn.Module) -> Tensor:
-    """The module's (V, D) table: an nn.Embedding's weight, or another (V, D) tensor it keeps."""
+    """The module's (n_vocab, D) table: an nn.Embedding's weight, or another such tensor it keeps."""
     tables = [
-        e.weight for e in m.modules() if isinstance(e, nn.Embedding) and e.num_embeddings == V
+        e.weight for e in m.modules() if isinstance(e, nn.Embedding) and e.num_embeddings == N_VOCAB
     ]
-    tables += [t for t in (*m.parameters(), *m.buffers()) if t.shape == (V, D)]
+    tables += [t for t in (*m.parameters(), *m.buffers()) if t.shape == (N_VOCAB, D)]
     expect(
         bool(tables),
-        f"the module keeps no ({V}, {D}) table: where is its nn.Embedding(vocab, d_model)?",
+        f"the module keeps no ({N_VOCAB}, {D}) table: where is its nn.Embedding(vocab_size, d_model)?",
     )
     return tables[0]
 
 
 def _emb_scale(m):
-    tokens = torch.arange(V).repeat(B, 1)  # (B, V): every token, in both sentences
-    out = tensor_of(m(tokens), (B, V, D))
-    rows = table_of(m)[tokens]  # (B, V, D)
+    tokens = torch.arange(N_VOCAB).repeat(B, 1)  # (B, n_vocab): every token, in both sentences
+    out = tensor_of(m(tokens), (B, N_VOCAB, D))
+    rows = table_of(m)[tokens]  # (B, n_vocab, D)
     if torch.allclose(out, rows * math.sqrt(D), atol=1e-5, rtol=1e-4):
         return "output = sqrt(d_model) * the module's own table row"
     factor = (out * rows).sum() / rows.pow(2).sum()  # least squares: out ~ factor * rows
@@ -68,28 +68,28 @@ def _emb_same_token(m):
 
 # %% ../../notebooks/26_check_training.ipynb #c006
 def embeddings(factory: Callable) -> Report:
-    """Grade `factory(vocab, d_model)` -> module(tokens (B, T)) -> (B, T, D) (§3.4)."""
+    """Grade `factory(vocab_size, d_model)` -> module(tokens (B, T)) -> (B, T, D) (§3.4)."""
     ensure_callable("factory", factory, "building your embedding module")
     properties = with_common(
-        lambda: (torch.randint(0, V, (B, T)),),
+        lambda: (torch.randint(0, N_VOCAB, (B, T)),),
         (B, T, D),
         scaled_by_sqrt_d_model=_emb_scale,
         same_token_same_vector=_emb_same_token,
     )
-    return run_properties("embeddings", lambda: module_from(factory, V, D), properties)
+    return run_properties("embeddings", lambda: module_from(factory, N_VOCAB, D), properties)
 
 # %% ../../notebooks/26_check_training.ipynb #c012
 def loss_inputs(pad_id: int, scale: float = 1.0) -> tuple[Tensor, Tensor]:
-    """Logits (B, T, V) and labels (B, T): the second sentence ends in two pads, no other is pad."""
-    logits = torch.randn(B, T, V) * scale
-    target = (pad_id + torch.randint(1, V, (B, T))) % V  # (B, T), never pad_id
+    """Logits (B, T, n_vocab) and labels (B, T): the second sentence ends in two pads, no other is pad."""
+    logits = torch.randn(B, T, N_VOCAB) * scale
+    target = (pad_id + torch.randint(1, N_VOCAB, (B, T))) % N_VOCAB  # (B, T), never pad_id
     target[1, T - 2 :] = pad_id
     return logits, target
 
 
 def loss_of(factory, pad_id: int, smoothing: float, logits: Tensor, target: Tensor) -> Tensor:
-    """Build the loss with `factory(V, pad_id, smoothing)`, apply it; insist on a finite scalar."""
-    loss_fn = factory(V, pad_id, smoothing)
+    """Build the loss with `factory(n_vocab, pad_id, smoothing)`, apply it; insist on a finite scalar."""
+    loss_fn = factory(N_VOCAB, pad_id, smoothing)
     expect(
         callable(loss_fn), f"the factory returned {type(loss_fn).__name__}, expected a loss module"
     )
@@ -104,7 +104,7 @@ def loss_of(factory, pad_id: int, smoothing: float, logits: Tensor, target: Tens
 
 
 def reference_loss(pad_id: int, smoothing: float, logits: Tensor, target: Tensor) -> Tensor:
-    return LabelSmoothingLoss(V, pad_id, smoothing)(logits.double(), target)  # in float64
+    return LabelSmoothingLoss(N_VOCAB, pad_id, smoothing)(logits.double(), target)  # in float64
 
 
 def _ls_reference(factory):
@@ -114,12 +114,12 @@ def _ls_reference(factory):
             got = loss_of(factory, pad_id, smoothing, logits, target)
             want = reference_loss(pad_id, smoothing, logits, target)
             expect_close(got, want, f"pad_id={pad_id}, smoothing={smoothing}", atol=1e-4)
-    return "equals LabelSmoothingLoss: eps spread over the V - 2 classes neither label nor pad"
+    return "equals LabelSmoothingLoss: eps spread over the n_vocab - 2 classes neither label nor pad"
 
 
 def _ls_cross_entropy(factory):
     logits, target = loss_inputs(0)
-    want = F.cross_entropy(logits.view(-1, V), target.view(-1), ignore_index=0, reduction="sum")
+    want = F.cross_entropy(logits.view(-1, N_VOCAB), target.view(-1), ignore_index=0, reduction="sum")
     expect_close(
         loss_of(factory, 0, 0.0, logits, target), want, "smoothing=0 against F.cross_entropy"
     )
@@ -129,7 +129,7 @@ def _ls_cross_entropy(factory):
 def _ls_pad(factory):
     logits, target = loss_inputs(4)
     before = loss_of(factory, 4, 0.1, logits, target)
-    logits[1, T - 2 :] = torch.randn(2, V) * 10  # other logits where the label is pad
+    logits[1, T - 2 :] = torch.randn(2, N_VOCAB) * 10  # other logits where the label is pad
     expect_close(
         loss_of(factory, 4, 0.1, logits, target), before, "loss after changing logits at pads"
     )
@@ -151,7 +151,8 @@ def _ls_sum(factory):
 
 def _ls_minimum(factory):
     logits, target = loss_inputs(0)
-    q = LabelSmoothingLoss(V, 0, 0.1).target_distribution(target).view(B, T, V)  # (B, T, V)
+    q = LabelSmoothingLoss(N_VOCAB, 0, 0.1).target_distribution(target)
+    q = q.view(B, T, N_VOCAB)  # (B, T, n_vocab)
     at_q = q.clamp(min=1e-12).log().requires_grad_()  # the model predicts q itself
     (grad,) = torch.autograd.grad(loss_of(factory, 0, 0.1, at_q, target), at_q)
     worst = grad.abs().max().item()
