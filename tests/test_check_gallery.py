@@ -811,7 +811,7 @@ class EmbeddingsWithDropout(Embeddings):
 class EmbeddingsArgumentsSwapped(Embeddings):
     def __init__(self, vocab_size, d_model):
         super().__init__(vocab_size, d_model)
-        self.lut = nn.Embedding(d_model, vocab_size)  # (D, V): rows for D tokens, V wide
+        self.lut = nn.Embedding(d_model, vocab_size)  # (d_model, n_vocab): swapped
 
 
 class EmbeddingsFrozen(Embeddings):
