@@ -16,11 +16,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Files not yet converted to the notation (none today); remove an entry once its file follows it.
-PENDING_FILES: set[str] = set()
-PENDING_DIRS: tuple[str, ...] = ()
-PENDING_TEXT: set[tuple[str, str]] = set()  # (file, exact text of a line) not yet converted
-
 # One dimension of a shape: a symbol, a number, or a product/sum of them (B*W, T + 1, 2K).
 DIM = r"\s*(?:\d*[A-Za-z][A-Za-z_0-9]*|\d+)(?:\s*[-+*/·×]\s*(?:\d*[A-Za-z][A-Za-z_0-9]*|\d+))*\s*"
 SHAPE = re.compile(rf"\(({DIM}(?:,{DIM})*,?\s*)\)")
@@ -34,8 +29,6 @@ def texts():
     """(file, kind, line) for every line: kind is 'prose', 'comment' (comments, docstrings) or 'code'."""
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         name = f"notebooks/{path.name}"
-        if name in PENDING_FILES:
-            continue
         for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
             source = "".join(cell["source"])
             if cell["cell_type"] == "markdown":
@@ -51,7 +44,7 @@ def texts():
                 yield from ((name, "output", line) for line in "".join(shown).splitlines())
     for path in sorted((ROOT / "annotated").rglob("*.py")):
         name = path.relative_to(ROOT).as_posix()
-        if path.name != "_modidx.py" and not name.startswith(PENDING_DIRS):
+        if path.name != "_modidx.py":
             yield from code_lines(name, path.read_text(encoding="utf-8"))
     for path in [ROOT / "book" / "translator" / "translator.js", ROOT / "book" / "build_assets.py"]:
         name = path.relative_to(ROOT).as_posix()  # the page's labels and the landing map's drawing
@@ -95,7 +88,7 @@ def shapes(line):
 def offences(check):
     found = []
     for name, kind, line in texts():
-        if kind == "code" or any(name == f and t in line for f, t in PENDING_TEXT):
+        if kind == "code":
             continue
         if why := check(line):
             found.append(f"{name}: {why}: {line.strip()[:120]}")
@@ -167,7 +160,7 @@ ALSO_CALLED = {"book/notation.md", "book/glossary.md"}  # where "cross-attention
 def test_one_name_for_the_encoder_decoder_attention(pattern, allowed):
     found = []
     for name, kind, line in texts():
-        if name in allowed or any(name == f and t in line for f, t in PENDING_TEXT):
+        if name in allowed:
             continue
         # code identifiers (cross, test_cross_attention_...) and anchors stay as they are
         quoted = "" if name.endswith(".js") else r"|`[^`]*`"  # in JavaScript, backticks quote text
@@ -178,12 +171,3 @@ def test_one_name_for_the_encoder_decoder_attention(pattern, allowed):
     for page in allowed:
         text = (ROOT / page).read_text(encoding="utf-8")
         assert re.search(pattern, text, re.IGNORECASE), f"{page} no longer gives the other name"
-
-
-def test_pending_exceptions_are_still_needed():
-    """An exception whose text is gone from its file must leave the list, so the list cannot hide."""
-    lines = {(name, line) for name, _, line in texts()}
-    for name, text in PENDING_TEXT:
-        assert any(n == name and text in line for n, line in lines), (
-            f"drop {text!r} from PENDING_TEXT"
-        )
