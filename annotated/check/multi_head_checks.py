@@ -42,7 +42,7 @@ def reference_multi_head(linears: list[nn.Linear], query, key, value, mask=None)
     W_q, W_k, W_v, W_o = linears
 
     def split(x: Tensor) -> Tensor:
-        return x.view(x.size(0), x.size(1), H, D // H).transpose(1, 2)  # (B, H, len, Dk)
+        return x.view(x.size(0), x.size(1), H, D // H).transpose(1, 2)  # (B, H, L, Dk)
 
     out = F.scaled_dot_product_attention(split(W_q(query)), split(W_k(key)), split(W_v(value)), mask)
     return W_o(out.transpose(1, 2).reshape(query.size(0), -1, D))  # (B, T, D)

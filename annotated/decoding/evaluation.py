@@ -122,7 +122,7 @@ def bleu_report(
     """Translate the source side of `pairs`; score against the target side with BLEU both ways and chrF.
 
     `hypotheses`: also write the translations there, one line per sentence, whole or not at all."""
-    from annotated.files import atomic_write  # imported here, as this cell joins chapter 17's module
+    from annotated.files import atomic_write  # appendix 21
 
     started = time.time()
     sources = [encode(tok, p.src) for p in pairs]

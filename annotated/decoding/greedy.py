@@ -78,7 +78,7 @@ def _check_inputs(
     src: Tensor, src_mask: Tensor | None, max_len: int | Tensor | None, beam_size: int = 1
 ) -> tuple[Tensor | None, Tensor]:
     """Validate the decoders' inputs; return src_mask with batch B and the (B,) output limits."""
-    from annotated.validation import positive_int  # inside: this cell joins chapter 14's module
+    from annotated.validation import positive_int
     positive_int(beam_size, "beam_size")
     if not isinstance(src, Tensor) or src.dim() != 2:
         got = tuple(src.shape) if isinstance(src, Tensor) else type(src).__name__
@@ -116,7 +116,7 @@ def _check_inputs(
 # %% ../../notebooks/28_input_checks.ipynb #3efe1b08
 def _check_model(model: nn.Module, src: Tensor, limits: Tensor, **ids: int) -> None:
     """Token ids inside the vocabularies, and lengths the positional encoding covers."""
-    from annotated.model.embeddings import check_token_ids  # inside: this cell joins chapter 14's module
+    from annotated.model.embeddings import check_token_ids
     from annotated.validation import check_int
     cfg = getattr(model, "cfg", None)
     if cfg is None:  # not a Transformer: nothing to compare with
