@@ -1,11 +1,12 @@
 """Label-smoothing loss, forward and backward: ours against PyTorch's fused cross-entropy.
 
-Prints the median time of three ways to compute the loss of notebook 12 for N target positions over a
-vocabulary of V, and their ratios to PyTorch's `F.cross_entropy(label_smoothing=...)` (a close relative:
-it spreads eps over all V classes, so its value differs slightly; notebook 12 gives the exact relation):
+Prints the median time of three ways to compute the loss of notebook 12 for B*T target positions over a
+vocabulary of n_vocab, and their ratios to PyTorch's `F.cross_entropy(label_smoothing=...)` (a close
+relative: it spreads eps over all n_vocab classes, so its value differs slightly; appendix 33 gives the
+exact relation):
 
 - `LabelSmoothingLoss` as exported: the label's term plus one sum per row, without building q;
-- the explicit form -sum(q * log p) with the (N, V) target distribution q built, as the paper states it.
+- the explicit form -sum(q * log p) with the (B*T, n_vocab) target distribution q built, as the paper states it.
 
 The sizes default to a Multi30k batch of notebook 16 (about 1,800 target tokens, 8,000 subwords). The
 three values are checked to agree before timing. A benchmark prints; it never fails.
