@@ -3,7 +3,7 @@
 Each check runs a list of properties (agreement with PyTorch where a reference exists, causality,
 padding invariance, ...) and returns a `Report` naming the one that fails. `check.solution` decorates
 an exercise's solution so that it stands in only for a starter the reader has not filled in. The modules are generated
-from notebooks 24, 23, 25, 26 and 27; this file, written by hand, re-exports what a learner calls.
+from notebooks 23 to 27; this file, written by hand, re-exports what a learner calls.
 """
 
 from annotated.check.attention_checks import attention, masks

@@ -64,7 +64,7 @@ def encode_pairs(
 # %% ../../notebooks/21_checkpoints.ipynb #88777b8f
 def save_tokenizer(tok: Tokenizer, path: str | Path) -> None:
     """Write the tokenizer as one JSON file (keep it next to the model's weights)."""
-    from annotated.files import atomic_write  # defined above
+    from annotated.files import atomic_write  # appendix 21
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     text = tok.to_str(pretty=True)

@@ -45,7 +45,7 @@ class MultiHeadAttention(nn.Module):
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
         self.scale = scale  # divide scores by sqrt(d_k), as the paper does; False only for an ablation
-        self.check_inputs = True  # the full model checks once, at its edge, and turns this off (below)
+        self.check_inputs = True  # the full model checks once, at its edge, and turns this off (Transformer)
 
     def forward(
         self,
