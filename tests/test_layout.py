@@ -11,6 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "annotated"
 LAYERS = {
     "annotated.validation": 0,
     "annotated.files": 0,
+    "annotated.book_files": 0,
     "annotated.viz": 0,
     "annotated._export": 0,  # nbdev's export processor (pyproject.toml), imported by nbdev alone
     "annotated.model": 1,
@@ -74,6 +75,7 @@ def test_every_role_is_a_folder_and_nothing_else_is_loose():
         "_export.py",
         "validation.py",
         "files.py",
+        "book_files.py",
         "viz.py",
     }
     for role in ROLES:

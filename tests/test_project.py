@@ -8,6 +8,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,17 +75,42 @@ def test_repo_url_check_notices_a_stray_link():
     assert re.findall(repo_url.SLUG, text) == ["someone/else"]
 
 
-def test_notebooks_link_to_colab_and_binder_and_install_when_missing():
-    import json
+def test_notebooks_link_to_colab_and_binder_and_install_the_release_when_missing():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import pin_release
 
+    version, repository = pin_release.project()
+    setup = pin_release.setup_cell(version, repository)
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         cells = json.loads(path.read_text())["cells"]
         first_md = "".join(cells[0]["source"])
-        assert (
-            f"notebooks/{path.name}" in first_md and "colab" in first_md and "mybinder" in first_md
-        ), path
+        assert f"blob/v{version}/notebooks/{path.name}" in first_md, path
+        assert f"/v{version}?labpath=notebooks%2F{path.name}" in first_md, path
         first_code = "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
-        assert "except ImportError" in first_code and "pip" in first_code, path
+        assert setup in first_code, f"{path.name}: its setup cell is not the one spec"
+    done = subprocess.run([sys.executable, str(ROOT / "tools/pin_release.py"), "--check"])
+    assert done.returncode == 0, "run tools/pin_release.py"
+
+
+def test_pin_release_check_notices_a_notebook_of_another_release(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import pin_release
+
+    text = (ROOT / "notebooks/03_masks.ipynb").read_text(encoding="utf-8")
+    version, repository = pin_release.project()
+    stale = text.replace(f'installed != \\"{version}\\"', 'installed != \\"0.0.9\\"')
+    assert stale != text
+    assert pin_release.pinned_notebook(stale, version, repository) == text
+
+
+def test_no_notebook_names_a_path_outside_its_folder():
+    """A notebook runs alone (Colab, a pip install): the book's files come through book_path."""
+    outside = re.compile(r"""["'](\.\./|/work/)|shared/data""")
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"])
+            if cell["cell_type"] == "code" and outside.search(source):
+                pytest.fail(f"{path.name} cell {cell['id']}: {outside.search(source).group(0)!r}")
 
 
 def test_ci_runs_the_readme_test_command_the_distribution_and_the_portable_check():

@@ -28,6 +28,10 @@ def clean(nb: dict) -> dict:
     count = 0
     for cell in nb["cells"]:
         cell["metadata"] = {k: v for k, v in cell.get("metadata", {}).items() if k in CELL_KEYS}
+        if isinstance(
+            cell["source"], str
+        ):  # a script's edit: stored, as Jupyter stores it, by line
+            cell["source"] = cell["source"].splitlines(keepends=True)
         if cell["cell_type"] != "code":
             continue
         count += 1

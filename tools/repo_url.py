@@ -15,8 +15,9 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# owner/name as it appears after github.com/, colab's .../github/ and binder's .../gh/
-SLUG = r"(?:github\.com/|colab\.research\.google\.com/github/|mybinder\.org/v2/gh/)([\w.-]+/[\w.-]+?)(?=[/\"'\s)#?]|\.git|$)"
+# owner/name as it appears after github.com/ (a pip spec's ...@vVERSION too), raw.githubusercontent.com/
+# (the book's files, appendix 37), colab's .../github/ and binder's .../gh/
+SLUG = r"(?:github\.com/|raw\.githubusercontent\.com/|colab\.research\.google\.com/github/|mybinder\.org/v2/gh/)([\w.-]+/[\w.-]+?)(?=[/\"'\s)#?@]|\.git|$)"
 
 # The book's GitHub Pages address, OWNER.github.io/NAME, is derived from the same setting.
 PAGES = r"https://([\w-]+)\.github\.io/([\w.-]+?)(?=[/\"'\s)>#?]|$)"
@@ -40,7 +41,7 @@ def slug_of(url: str) -> str:
 
 
 # Other projects' repositories that pages link to on purpose; every other github.com link must be ours.
-EXTERNAL = {"bentrevett/pytorch-seq2seq"}
+EXTERNAL = {"bentrevett/pytorch-seq2seq", "multi30k/dataset"}  # the latter: Multi30k's own files
 
 
 def files() -> list[Path]:
@@ -79,6 +80,7 @@ def set_url(new_url: str) -> None:
             text.replace(f"github.com/{old}", f"github.com/{new}")
             .replace(f"github/{old}/", f"github/{new}/")
             .replace(f"gh/{old}/", f"gh/{new}/")
+            .replace(f"githubusercontent.com/{old}/", f"githubusercontent.com/{new}/")
             .replace(pages_url(old), pages_url(new)),
             encoding="utf-8",
         )
