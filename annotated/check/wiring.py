@@ -263,7 +263,8 @@ def layer_followed(calls, stream, memory, norm_first, i, names=ROLES) -> Tensor:
         return follow(calls, stream, memory, norm_first, names)
     except Failure as err:
         stack = "decoder" if memory is not None else "encoder"
-        start = " (does the stack start from sqrt(d_model) E + PE?)" if i == 0 else ""
+        unread = i == 0 and "that is not" in str(err)  # the stack's input is none it knows
+        start = " (does the stack start from sqrt(d_model) E + PE?)" if unread else ""
         raise Failure(f"in {stack} layer {i + 1}, {err}{start}") from None
 
 
