@@ -54,7 +54,8 @@ def wrong(piece: str, implementation, *caught_by: str, name: str | None = None) 
 def property_names(piece: str) -> list[str]:
     """The grader's properties, in order: any implementation that builds gets a row for each."""
     grader = CHECKS[piece]
-    n_args = len(inspect.signature(grader).parameters)
+    params = inspect.signature(grader).parameters.values()
+    n_args = sum(p.default is inspect.Parameter.empty for p in params)  # the required ones
     report = grader(*[lambda *args: nn.Identity()] * n_args)  # builds; fails what it fails
     names = [r.name for r in report.results]
     assert names != ["builds"], f"check.{piece} did not build a stand-in: {report}"
@@ -78,39 +79,45 @@ def scores_of(q, k):
     return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
 
 
+def softmax_keys(s, mask=None, dim=-1):
+    """The softmax, with chapter 02's rule: a query that sees no key gets zero weights."""
+    weights = nn.Softmax()(s) if dim is None else s.softmax(dim)
+    return weights if mask is None else weights * mask.any(-1, keepdim=True)
+
+
 def fill_minus_1e_12(q, k, v, mask=None):  # the seed notes: a "very small" fill of -1e-12
     s = scores_of(q, k)
     if mask is not None:
         s = s.masked_fill(mask == 0, -1e-12)
-    return s.softmax(-1) @ v
+    return softmax_keys(s, mask) @ v
 
 
 def fill_discarded(q, k, v, mask=None):  # the seed notes: masked_fill's result is thrown away
     s = scores_of(q, k)
     if mask is not None:
         s.masked_fill(mask == 0, -1e9)
-    return s.softmax(-1) @ v
+    return softmax_keys(s, mask) @ v
 
 
 def unscaled(q, k, v, mask=None):
     s = q @ k.transpose(-2, -1)
     if mask is not None:
         s = s.masked_fill(~mask, -1e9)
-    return s.softmax(-1) @ v
+    return softmax_keys(s, mask) @ v
 
 
 def softmax_over_queries(q, k, v, mask=None):
     s = scores_of(q, k)
     if mask is not None:
         s = s.masked_fill(~mask, -1e9)
-    return s.softmax(-2) @ v
+    return softmax_keys(s, mask, -2) @ v
 
 
 def polarity_reversed(q, k, v, mask=None):  # True taken as "hide"
     s = scores_of(q, k)
     if mask is not None:
         s = s.masked_fill(mask, -1e9)
-    return s.softmax(-1) @ v
+    return softmax_keys(s, mask) @ v
 
 
 def fill_minus_inf(q, k, v, mask=None):  # a query with no visible key gets 0/0 = NaN
@@ -125,28 +132,28 @@ def key_view_not_transpose(q, k, v, mask=None):  # the seed notes: K^T by view
     s = q @ k.view(B, H, Dk, S) / math.sqrt(Dk)
     if mask is not None:
         s = s.masked_fill(mask == 0, -1e9)
-    return s.softmax(-1) @ v, s
+    return softmax_keys(s, mask) @ v, s
 
 
 def softmax_without_dim(q, k, v, mask=None):  # the seed notes: nn.Softmax() guesses dim=1 in 4-D
     s = scores_of(q, k)
     if mask is not None:
         s = s.masked_fill(mask == 0, -1e9)
-    return nn.Softmax()(s) @ v
+    return softmax_keys(s, mask, None) @ v
 
 
 def dropout_always_on(q, k, v, mask=None):
     s = scores_of(q, k)
     if mask is not None:
         s = s.masked_fill(~mask, -1e9)
-    return F.dropout(s.softmax(-1), 0.1) @ v
+    return F.dropout(softmax_keys(s, mask), 0.1) @ v
 
 
 def weights_averaged_over_heads(q, k, v, mask=None):  # nn.MultiheadAttention's default weights
     s = scores_of(q, k)
     if mask is not None:
         s = s.masked_fill(~mask, -1e9)
-    weights = s.softmax(-1)  # (B, H, T, S)
+    weights = softmax_keys(s, mask)  # (B, H, T, S)
     return weights @ v, weights.mean(1)  # weights (B, T, S): the head axis averaged away
 
 
@@ -154,7 +161,16 @@ def weights_detached(q, k, v, mask=None):  # kept for a plot, then used: no grad
     s = scores_of(q, k)
     if mask is not None:
         s = s.masked_fill(~mask, -1e9)
-    return s.softmax(-1).detach() @ v
+    return softmax_keys(s, mask).detach() @ v
+
+
+def uniform_rows(q, k, v, mask=None):
+    """The lowest float as the fill, and nothing more: a fully hidden row averages the values."""
+    s = scores_of(q, k)
+    if mask is not None:
+        s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
+    weights = s.softmax(-1)
+    return weights @ v, weights
 
 
 # the masked reference compares the masked output, so every masking bug also fails it
@@ -172,7 +188,8 @@ WRONG_ATTENTION = [
         "rows_sum_to_one",
     ),
     wrong("attention", polarity_reversed, MASKED, "masked_keys_get_no_weight"),
-    wrong("attention", fill_minus_inf, "fully_masked_row_is_finite"),
+    wrong("attention", fill_minus_inf, "fully_masked_row_is_zero"),
+    wrong("attention", uniform_rows, "fully_masked_row_is_zero"),
     wrong("attention", key_view_not_transpose, "matches_reference", MASKED, "key_order_invariance"),
     wrong(
         "attention",
@@ -286,6 +303,7 @@ class OwnForward(MultiHeadAttention):
     value_projection = "W_v"
     scale_width = "d_k"
     fill = -1e9
+    zero_hidden_rows = True  # the rule of chapter 02: a query that sees no key gets zero weights
     dropout_p = 0.0
 
     def forward(self, query, key, value, mask=None):
@@ -296,7 +314,10 @@ class OwnForward(MultiHeadAttention):
         s = q @ k.transpose(-2, -1) / math.sqrt(getattr(self, self.scale_width))  # (B, H, T, S)
         if mask is not None:
             s = s.masked_fill(~mask, self.fill)
-        weights = F.dropout(s.softmax(-1), self.dropout_p)  # F.dropout: training=True by default
+        weights = s.softmax(-1)  # (B, H, T, S)
+        if mask is not None and self.zero_hidden_rows:
+            weights = weights.masked_fill(~mask, 0.0)
+        weights = F.dropout(weights, self.dropout_p)  # F.dropout: training=True by default
         return self.W_o(self.merge_heads(weights @ v))  # (B, T, D)
 
 
@@ -306,6 +327,11 @@ class ScaledByDModel(OwnForward):
 
 class MultiHeadMinusInf(OwnForward):
     fill = float("-inf")
+    zero_hidden_rows = False  # 0/0: NaN
+
+
+class MultiHeadUniformRows(OwnForward):
+    zero_hidden_rows = False  # a query that sees no key averages the values
 
 
 class ValuesProjectedByWK(OwnForward):
@@ -355,8 +381,13 @@ class TorchTuple(nn.Module):
 MIXES_POSITIONS = ("matches_reference", "permutation_equivariance", "key_order_invariance")
 WRONG_MULTI_HEAD = [
     wrong("multi_head", SplitWithView, *MIXES_POSITIONS, "causality", "padding_invariance"),
-    wrong(
-        "multi_head", SeedMultiHead, *MIXES_POSITIONS, "padding_invariance", "batch_independence"
+    wrong(  # it also averages the values for a query that sees no key
+        "multi_head",
+        SeedMultiHead,
+        *MIXES_POSITIONS,
+        "padding_invariance",
+        "fully_masked_row_reads_nothing",
+        "batch_independence",
     ),
     wrong(
         "multi_head",
@@ -364,9 +395,11 @@ WRONG_MULTI_HEAD = [
         "matches_reference",
         "permutation_equivariance",
         "causality",
+        "fully_masked_row_reads_nothing",  # the zeros of one query spread over several positions
     ),
     wrong("multi_head", ScaledByDModel, "matches_reference"),
-    wrong("multi_head", MultiHeadMinusInf, "fully_masked_row_is_finite"),
+    wrong("multi_head", MultiHeadMinusInf, "fully_masked_row_reads_nothing"),
+    wrong("multi_head", MultiHeadUniformRows, "fully_masked_row_reads_nothing"),
     wrong(
         "multi_head", ValuesProjectedByWK, "matches_reference", "gradients_reach_every_parameter"
     ),
@@ -386,7 +419,7 @@ WRONG_MULTI_HEAD = [
         *MIXES_POSITIONS[1:],
         "causality",
         "padding_invariance",
-        "fully_masked_row_is_finite",
+        "fully_masked_row_reads_nothing",
         "batch_independence",
         "deterministic_in_eval",
         "gradients_reach_every_parameter",
@@ -658,6 +691,50 @@ class DecoderSkipsFeedForward(DecoderLayer):
         return self.sublayers[1](x, lambda x: self.cross_attn(x, memory, memory, src_mask))
 
 
+class EncoderNoResiduals(EncoderLayer):
+    """LayerNorm(Sublayer(x)): both residual connections left out."""
+
+    def forward(self, x, mask=None):
+        x = self.sublayers[0].norm(self.self_attn(x, x, x, mask))
+        return self.sublayers[1].norm(self.feed_forward(x))
+
+
+class EncoderFeedForwardFirst(EncoderLayer):
+    def forward(self, x, mask=None):
+        x = self.sublayers[0](x, self.feed_forward)
+        return self.sublayers[1](x, lambda x: self.self_attn(x, x, x, mask))
+
+
+class EncoderAttendsTwice(EncoderLayer):
+    def forward(self, x, mask=None):
+        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, mask))
+        return super().forward(x, mask)
+
+
+class DecoderNoResiduals(DecoderLayer):
+    def forward(self, x, memory, src_mask, tgt_mask, *rest):
+        norms = [s.norm for s in self.sublayers]
+        x = norms[0](self.self_attn(x, x, x, tgt_mask))
+        x = norms[1](self.cross_attn(x, memory, memory, src_mask))
+        return norms[2](self.feed_forward(x))
+
+
+class DecoderCrossFirst(DecoderLayer):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        x = self.sublayers[1](x, lambda x: self.cross_attn(x, memory, memory, src_mask))
+        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, tgt_mask))
+        return self.sublayers[2](x, self.feed_forward)
+
+
+class DecoderQueriesFromInput(DecoderLayer):
+    """The encoder-decoder attention's queries from the layer's input, not the self-attention's."""
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        y = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, tgt_mask))
+        y = self.sublayers[1].norm(y + self.cross_attn(x, memory, memory, src_mask))
+        return self.sublayers[2](y, self.feed_forward)
+
+
 class ScaleAfterPositions(Transformer):
     """sqrt(d_model) * (embedding + PE): the encodings are scaled with the embeddings."""
 
@@ -694,6 +771,28 @@ class ModelContextFromTarget(Transformer):
             layer.__class__ = ContextFromTarget
 
 
+class ModelMemoryIsEmbedding(Transformer):
+    """The decoder reads the embedded source: the encoder's output computed, then not used."""
+
+    def decode(self, memory, src_mask, tgt, tgt_mask, cache=None, **_):
+        return super().decode(self.embedded, src_mask, tgt, tgt_mask)
+
+    def encode(self, src, src_mask=None):
+        self.embedded = self.src_pos(self.src_embed(src))  # (B, S, D)
+        return super().encode(src, src_mask)
+
+
+class ModelNoResiduals(Transformer):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        for layer in self.decoder.layers:
+            layer.__class__ = DecoderNoResiduals
+
+
+def pre_ln_model(src_vocab, tgt_vocab):
+    return Transformer(TransformerConfig(src_vocab, tgt_vocab, **SMALL, norm_first=True))
+
+
 class LogSoftmaxOverBatch(Transformer):
     def forward(self, src, tgt, src_mask=None, tgt_mask=None):
         return super().forward(src, tgt, src_mask, tgt_mask).log_softmax(0)  # dim 0: the batch
@@ -722,37 +821,61 @@ NOT_A_TENSOR = (
     "deterministic_in_eval",
     "gradients_reach_every_parameter",
 )
-MODEL_DROPOUT = ("causality", "src_padding_invariance", *UNSTABLE)
+MODEL_DROPOUT = ("sublayers_wired", "causality", "src_padding_invariance", *UNSTABLE)
 WRONG_LAYERS = [
-    wrong("encoder_layer", pre_ln(EncoderLayer), "output_is_layer_normalised"),
+    wrong("encoder_layer", pre_ln(EncoderLayer), "sublayers_wired", "output_is_layer_normalised"),
     wrong("encoder_layer", SelfAttentionIgnoresMask, "padding_invariance"),
     wrong("encoder_layer", EncoderReturnsMask, *NOT_A_TENSOR),
-    wrong("encoder_layer", EncoderAddsPositions, "permutation_equivariance"),
-    wrong("encoder_layer", with_norm(EncoderLayer, CentredOnly), "output_is_layer_normalised"),
+    wrong("encoder_layer", EncoderAddsPositions, "sublayers_wired", "permutation_equivariance"),
+    wrong(
+        "encoder_layer",
+        with_norm(EncoderLayer, CentredOnly),
+        "sublayers_wired",
+        "output_is_layer_normalised",
+    ),
     wrong(
         "encoder_layer",
         with_norm(EncoderLayer, NormOverBatch),
+        "sublayers_wired",
         "output_is_layer_normalised",
         "batch_independence",
     ),
     wrong(
         "encoder_layer",
         EncoderDropoutAlwaysOn,
+        "sublayers_wired",
         "padding_invariance",
         "permutation_equivariance",
         *UNSTABLE,
     ),
-    wrong("encoder_layer", EncoderSkipsFeedForward, "gradients_reach_every_parameter"),
-    wrong("decoder_layer", pre_ln(DecoderLayer), "output_is_layer_normalised"),
-    wrong("decoder_layer", ContextFromTarget, "memory_is_attended"),
+    wrong(
+        "encoder_layer",
+        EncoderSkipsFeedForward,
+        "sublayers_wired",
+        "gradients_reach_every_parameter",
+    ),
+    wrong("decoder_layer", pre_ln(DecoderLayer), "sublayers_wired", "output_is_layer_normalised"),
+    wrong("decoder_layer", ContextFromTarget, "sublayers_wired", "memory_is_attended"),
     wrong("decoder_layer", NoTargetMask, "causality"),
     wrong("decoder_layer", NoSourceMask, "src_padding_invariance"),
-    wrong("decoder_layer", DecoderReturnsLastPosition, "output_shape", "causality"),
-    wrong("decoder_layer", MemoryWithPositions, "memory_order_invariance"),
-    wrong("decoder_layer", with_norm(DecoderLayer, CentredOnly), "output_is_layer_normalised"),
+    wrong(
+        "decoder_layer",
+        DecoderReturnsLastPosition,
+        "sublayers_wired",
+        "output_shape",
+        "causality",
+    ),
+    wrong("decoder_layer", MemoryWithPositions, "sublayers_wired", "memory_order_invariance"),
+    wrong(
+        "decoder_layer",
+        with_norm(DecoderLayer, CentredOnly),
+        "sublayers_wired",
+        "output_is_layer_normalised",
+    ),
     wrong(  # over a batch of two, every normalised entry is +-1: a change in the memory vanishes
         "decoder_layer",
         with_norm(DecoderLayer, NormOverBatch),
+        "sublayers_wired",
         "memory_is_attended",
         "output_is_layer_normalised",
         "batch_independence",
@@ -760,20 +883,49 @@ WRONG_LAYERS = [
     wrong(
         "decoder_layer",
         DecoderDropoutAlwaysOn,
+        "sublayers_wired",
         "causality",
         "src_padding_invariance",
         "memory_order_invariance",
         *UNSTABLE,
     ),
-    wrong("decoder_layer", DecoderSkipsFeedForward, "gradients_reach_every_parameter"),
-    wrong("model", small(ScaleAfterPositions), "embeddings_scaled_then_positions_added"),
+    wrong(
+        "decoder_layer",
+        DecoderSkipsFeedForward,
+        "sublayers_wired",
+        "gradients_reach_every_parameter",
+    ),
+    wrong("encoder_layer", EncoderNoResiduals, "sublayers_wired"),
+    wrong("encoder_layer", EncoderFeedForwardFirst, "sublayers_wired"),
+    wrong("encoder_layer", EncoderAttendsTwice, "sublayers_wired"),
+    wrong("decoder_layer", DecoderNoResiduals, "sublayers_wired"),
+    wrong("decoder_layer", DecoderCrossFirst, "sublayers_wired"),
+    wrong("decoder_layer", DecoderQueriesFromInput, "sublayers_wired"),
+    wrong(
+        "model",
+        small(ScaleAfterPositions),
+        "sublayers_wired",
+        "embeddings_scaled_then_positions_added",
+    ),
     wrong("model", small(DecoderIgnoresTargetMask), "causality"),
     wrong("model", small(EncoderIgnoresSourceMask), "src_padding_invariance"),
     wrong("model", small(NoGenerator), "output_shape", "gradients_reach_every_parameter"),
     wrong(
-        "model", small(ModelContextFromTarget), "source_matters", "gradients_reach_every_parameter"
+        "model",
+        small(ModelContextFromTarget),
+        "sublayers_wired",
+        "source_matters",
+        "gradients_reach_every_parameter",
     ),
     wrong("model", small(LogSoftmaxOverBatch), "batch_independence"),
+    wrong(  # the encoder's layers then feed nothing: no gradient reaches them
+        "model",
+        small(ModelMemoryIsEmbedding),
+        "sublayers_wired",
+        "gradients_reach_every_parameter",
+    ),
+    wrong("model", small(ModelNoResiduals), "sublayers_wired"),
+    wrong("model", pre_ln_model, "sublayers_wired"),
     wrong("model", small(ModelDropoutAlwaysOn), *MODEL_DROPOUT),
 ]
 

@@ -52,9 +52,10 @@ def in_child(folder: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def says_in_one_line(out: str, err: str, reason: str) -> None:
-    lines = out.strip().splitlines()
+    """One line, on stderr: an error about the learner's code, not a report (issue 43)."""
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0] == f"check.attention: no report: {reason}", out + err
-    assert "Traceback" not in out + err
+    assert not out.strip() and "Traceback" not in out + err
 
 
 @pytest.mark.slow  # two Python processes start torch: the grader and its child
@@ -227,3 +228,58 @@ def test_the_time_limit_must_be_a_positive_number(given, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert f"argument --timeout: expected a number of seconds above 0, got {given!r}" in err
+
+
+@pytest.mark.slow  # a child process starts torch
+def test_the_code_cannot_forge_the_report_through_a_file(tmp_path, monkeypatch, capsys):
+    """The child's working folder and its parents hold nothing the parent reads (issue 43)."""
+    forged = json.dumps({"passed": True, "report": "check.attention: forged"})
+    top = "import json, os\nfrom pathlib import Path"
+    body = f"""for folder in (Path.cwd(), *Path.cwd().parents[:2]):
+        for name in ("result.json", "result.part", "marks.txt"):
+            with contextlib.suppress(OSError):
+                (folder / name).write_text({forged!r})
+    os._exit(0)"""
+    target = solution(tmp_path, "forger.py", body, "import contextlib\n" + top)
+    temp = tmp_path / "temp"  # the scratch folder's parents: inside this test's folder
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "attention", target]) == 1
+    out, err = capsys.readouterr()
+    assert "forged" not in out + err
+    says_in_one_line(out, err, "exited with status 0 while grading forger.py:my_attention")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_what_the_code_started_ends_when_the_grader_is_killed(tmp_path):
+    """The grader killed (no `finally` runs): the child kills its whole group (issue 43)."""
+    pid_file = tmp_path / "pid.txt"
+    top = """
+    import subprocess, sys
+    from pathlib import Path
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    """
+    body = f"""started = subprocess.Popen(sleeper, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    Path({str(pid_file)!r}).write_text(str(started.pid))
+    while True: pass"""
+    target = solution(tmp_path, "starts.py", body, top=top)
+    grader = subprocess.Popen(
+        [sys.executable, "-m", "annotated", "check", "attention", target, "--timeout", "600"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+    )
+    try:
+        pid = read_pid(pid_file, timeout=100)
+    finally:
+        grader.kill()
+        grader.wait()
+    try:
+        assert ended(pid, timeout=20), "what the learner's code started outlived the grader"
+    finally:  # no sleeper left behind by a failed test
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)

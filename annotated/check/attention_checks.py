@@ -111,7 +111,13 @@ def _att_fully_masked_row(fn):
     mask[0, 0, 0] = False  # the first query of the first sentence sees no key at all
     out = output_of(fn(q, k, v, mask))
     expect(bool(torch.isfinite(out).all()), "a query whose keys are all hidden gets NaN or inf")
-    return "a query with every key hidden still gets a finite output"
+    w = weights_of(fn, q, k, mask)[0, :, 0]  # (H, S): that query's weights in every head
+    expect(
+        bool(w.abs().max() < 1e-6 and out[0, :, 0].abs().max() < 1e-6),
+        f"a query whose keys are all hidden gets weights up to {w.abs().max().item():.2g} and an "
+        "output that is not zero: the rule is zero weights and a zero output (chapter 02)",
+    )
+    return "a query with every key hidden gets zero weights and a zero output"
 
 # %% ../../notebooks/24_check.ipynb #c017
 def _att_batch(fn):
@@ -154,7 +160,7 @@ def attention(fn: Callable) -> Report:
         "scaled_by_sqrt_dk": _att_scale,
         "rows_sum_to_one": _att_rows_sum_to_one,
         "masked_keys_get_no_weight": _att_masked_keys,
-        "fully_masked_row_is_finite": _att_fully_masked_row,
+        "fully_masked_row_is_zero": _att_fully_masked_row,
         "batch_independence": _att_batch,
         "key_order_invariance": _att_key_order,
         "gradients_reach_inputs": _att_gradients,

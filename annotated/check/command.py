@@ -10,6 +10,7 @@ import argparse
 import importlib.util
 import math
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -114,22 +115,23 @@ def main_cli(args: argparse.Namespace) -> int:
         raise ValueError(f"check {args.piece} takes {wanted} FILE:NAME, got {len(args.targets)}")
     for target in args.targets:
         target_file(target)  # a typo is reported now, before a child process starts
-    passed, report = grade_apart(args.piece, args.targets, args.timeout)
-    print(report)
+    passed, report, graded = grade_apart(args.piece, args.targets, args.timeout)
+    print(report, file=sys.stdout if graded else sys.stderr)  # no report: an error, on stderr
     return 0 if passed else 1
 
 # %% ../../notebooks/23_grading.ipynb #d9cd4822
-def grade_apart(piece: str, targets: list[str], timeout: float) -> tuple[bool, str]:
-    """Grade in a child process: (every property holds, the report or one line on why none came)."""
+def grade_apart(piece: str, targets: list[str], timeout: float) -> tuple[bool, str, bool]:
+    """Grade in a child process: (every property holds, the report or one line on why none came,
+    whether a report came)."""
     job = {"piece": piece, "targets": targets, "folder": os.getcwd()}
     apart = run_apart("annotated.check.command:grade_here", job, timeout)
     result = apart.result or {}
     if "report" in result:
-        return result["passed"], result["report"]
+        return bool(result["passed"]), str(result["report"]), True
     if "error" in result:  # a bad target: the same error as in one process, exit status 2
         raise (TypeError if result["error"] == "TypeError" else ValueError)(result["message"])
     why = f"{' and '.join(targets)} raised {result['raised']}" if result else apart.ending
-    return False, f"check.{piece}: no report: {why}"
+    return False, f"check.{piece}: no report: {why}", False
 
 
 def grade_here(job: dict) -> None:

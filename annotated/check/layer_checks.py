@@ -33,6 +33,7 @@ from annotated.check.framework import (
     tensor_of,
     with_common,
 )
+from annotated.check.wiring import wiring
 
 # %% ../../notebooks/25_check_model.ipynb #c005
 def affine_candidates(m: nn.Module) -> list[tuple[Tensor | None, Tensor | None]]:
@@ -184,6 +185,15 @@ def _enc_inputs() -> tuple[Tensor, Tensor]:
     return torch.randn(B, S, D), hide_last(3)  # x (B, S, D), mask (B, 1, 1, S)
 
 
+def _enc_wiring(norm_first: bool, final_norm: bool) -> Callable:
+    def sublayers_wired(m):
+        x, mask = _enc_inputs()
+        x = 2 * x + 0.5  # far from normalised, so that LayerNorm(x) and x differ
+        return wiring(m, lambda: m(x, mask), x, None, norm_first, final_norm)
+
+    return sublayers_wired
+
+
 def _enc_padding(m):
     x, mask = _enc_inputs()
     x2 = x.clone()
@@ -199,14 +209,20 @@ def _enc_permutation(m):
     return "without positional encodings, reordering the input reorders the output alike"
 
 
-def encoder_layer(factory: Callable) -> Report:
-    """Grade `factory(d_model, n_heads, d_ff)` -> module(x, mask) -> (B, S, D) (§3.1)."""
+def encoder_layer(factory: Callable, norm_first: bool = False, final_norm: bool = False) -> Report:
+    """Grade `factory(d_model, n_heads, d_ff)` -> module(x, mask) -> (B, S, D) (§3.1).
+
+    norm_first: the layer asked for is pre-LN; final_norm: a pre-LN stack, ending in a LayerNorm.
+    """
     ensure_callable("factory", factory, "building your encoder layer")
+    normalised = not norm_first or final_norm  # what a pre-LN layer returns is not normalised
     properties = with_common(
         _enc_inputs,
         (B, S, D),
+        sublayers_wired=_enc_wiring(norm_first, final_norm),
         padding_invariance=_enc_padding,
         permutation_equivariance=_enc_permutation,
-        output_is_layer_normalised=lambda m: is_layer_normalised(m(*_enc_inputs())),
+        **({"output_is_layer_normalised": lambda m: is_layer_normalised(m(*_enc_inputs()))}
+           if normalised else {}),
     )
     return run_properties("encoder_layer", lambda: module_from(factory, D, H, D_FF), properties)

@@ -8,6 +8,7 @@ __all__ = ['decoder_layer', 'model']
 # %% ../../notebooks/25_check_model.ipynb #c024
 # Shapes: B batch, T target length, S source length, D d_model, F d_ff, n_vocab vocabulary size.
 import math
+from collections import Counter
 from collections.abc import Callable
 
 import torch
@@ -34,6 +35,7 @@ from annotated.check.framework import (
     with_common,
 )
 from annotated.check.layer_checks import closed_form_encoding, is_layer_normalised
+from annotated.check.wiring import model_wiring, wiring
 
 
 def _dec_inputs() -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -79,17 +81,31 @@ def _dec_memory_attended(m):
     return "the encoder-decoder attention reads the memory: changing it changes the output"
 
 
-def decoder_layer(factory: Callable) -> Report:
-    """Grade `factory(d_model, n_heads, d_ff)` -> module(x, memory, src_mask, tgt_mask) (§3.1)."""
+def _dec_wiring(norm_first: bool) -> Callable:
+    def sublayers_wired(m):
+        x, memory, src_mask, tgt_mask = _dec_inputs()
+        x = 2 * x + 0.5  # far from normalised, so that LayerNorm(x) and x differ
+        return wiring(m, lambda: m(x, memory, src_mask, tgt_mask), x, memory, norm_first)
+
+    return sublayers_wired
+
+
+def decoder_layer(factory: Callable, norm_first: bool = False) -> Report:
+    """Grade `factory(d_model, n_heads, d_ff)` -> module(x, memory, src_mask, tgt_mask) (§3.1).
+
+    norm_first: the layer asked for is pre-LN.
+    """
     ensure_callable("factory", factory, "building your decoder layer")
+    normalised = {"output_is_layer_normalised": lambda m: is_layer_normalised(m(*_dec_inputs()))}
     properties = with_common(
         _dec_inputs,
         (B, T, D),
+        sublayers_wired=_dec_wiring(norm_first),
         causality=_dec_causality,
         memory_is_attended=_dec_memory_attended,
         src_padding_invariance=_dec_src_padding,
         memory_order_invariance=_dec_memory_order,
-        output_is_layer_normalised=lambda m: is_layer_normalised(m(*_dec_inputs())),
+        **({} if norm_first else normalised),  # a pre-LN layer's output is not normalised
     )
     return run_properties("decoder_layer", lambda: module_from(factory, D, H, D_FF), properties)
 
@@ -127,6 +143,26 @@ def _model_source_matters(m):
                    "changing a source token does not change the logits")
     return "changing a source token changes the logits"
 
+# %% ../../notebooks/25_check_model.ipynb #cc7ce1e8
+def _model_wiring(m: nn.Module, norm_first: bool) -> str:
+    """The stacks' wiring (check.wiring), from sqrt(d_model) E + PE on each side."""
+    src, tgt, src_mask, tgt_mask = _model_inputs()
+    embedded = []  # for each side, sqrt(d) E[tokens] + PE for every table that may be E
+    for tokens, vocab in ((src, SRC_VOCAB), (tgt, TGT_VOCAB)):
+        tables = [p.detach() for p in m.parameters() if p.dim() == 2 and p.size(0) == vocab]
+        expect(bool(tables), f"no ({vocab}, d_model) embedding table: where the stacks start is unknown")
+        d = tables[0].size(1)
+        pe = closed_form_encoding(tokens.size(1), d).float()
+        embedded.append([table[tokens] * math.sqrt(d) + pe for table in tables])  # (B, L, D) each
+    inner = Counter(  # Linear(d_model, d_ff): the feed-forward networks' first halves
+        x.out_features for x in m.modules() if isinstance(x, nn.Linear) and x.in_features == d
+        and x.out_features not in (d, SRC_VOCAB, TGT_VOCAB)
+    )
+    expect(bool(inner), "no nn.Linear(d_model, d_ff): the check cannot find the feed-forward networks")
+    d_ff = inner.most_common(1)[0][0]
+    run = lambda: m(src, tgt, src_mask, tgt_mask)  # noqa: E731
+    return model_wiring(m, run, *embedded, d_ff, frozenset((SRC_VOCAB, TGT_VOCAB)), norm_first)
+
 # %% ../../notebooks/25_check_model.ipynb #c031
 def _model_embedding_scale(m):
     """Look, among the tensors passed between sub-modules, for sqrt(d_model) * embedding + PE."""
@@ -158,12 +194,16 @@ def _model_embedding_scale(m):
     return "the stack receives sqrt(d_model) * embedding + positional encoding on both sides"
 
 
-def model(factory: Callable) -> Report:
-    """Grade `factory(src_vocab, tgt_vocab)` -> module(src, tgt, src_mask, tgt_mask) -> (B, T, n_vocab) (§3)."""
+def model(factory: Callable, norm_first: bool = False) -> Report:
+    """Grade `factory(src_vocab, tgt_vocab)` -> module(src, tgt, src_mask, tgt_mask) -> (B, T, n_vocab) (§3).
+
+    norm_first: the model asked for is pre-LN.
+    """
     ensure_callable("factory", factory, "building your Transformer")
     properties = with_common(
         _model_inputs,
         (B, T, TGT_VOCAB),
+        sublayers_wired=lambda m: _model_wiring(m, norm_first),
         causality=_model_causality,
         src_padding_invariance=_model_src_padding,
         source_matters=_model_source_matters,

@@ -124,7 +124,13 @@ def _mha_fully_masked_row(m):
     mask[0, 0, 0] = False  # the first query of the first sentence sees no key
     out = tensor_of(m(x, mem, mem, mask), (B, T, D))
     expect(bool(torch.isfinite(out).all()), "a query whose keys are all hidden gets NaN or inf")
-    return "a query with every key hidden still gets a finite output"
+    x2, mem2 = sequences()  # another query, other keys and values
+    expect_close(
+        m(x2, mem2, mem2, mask)[0, 0], out[0, 0],
+        "a query whose keys are all hidden, with other inputs (the attention must give it zero, "
+        "so that its output is W^O's bias alone)",
+    )
+    return "a query with every key hidden reads nothing: its output does not depend on the inputs"
 
 # %% ../../notebooks/24_check.ipynb #c040
 def multi_head(factory: Callable) -> Report:
@@ -144,6 +150,6 @@ def multi_head(factory: Callable) -> Report:
         key_order_invariance=_mha_key_order,
         causality=_mha_causality,
         padding_invariance=_mha_padding,
-        fully_masked_row_is_finite=_mha_fully_masked_row,
+        fully_masked_row_reads_nothing=_mha_fully_masked_row,
     )
     return run_properties("multi_head", lambda: module_from(factory, D, H), properties)
