@@ -9,18 +9,12 @@ __all__ = ['atomic_write', 'atomic_path', 'WriteError', 'write_error', 'sha256_o
 import errno
 import hashlib
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, NoReturn
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)  # reading the umask means setting it: put it straight back
-    os.umask(mask)
-    return mask
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
@@ -28,11 +22,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a directory, expected the name of a file to write")
-    # a fresh name, created exclusively (O_EXCL) beside the target: no other writer and no planted
-    # link can be opened in its place; os.replace swaps a link at `path` itself, never its target
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _create_beside(path)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # the permissions a plain open() would have given
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -42,6 +33,26 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
         _discard(path, tmp, err)
     _sync_folder(path.parent)
 
+# %% ../notebooks/21_checkpoints.ipynb #b7e1c0a3
+def _create_beside(path: Path) -> tuple[int, Path]:
+    """A new empty file beside `path`, created exclusively, with the permissions `path` will have."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)  # binary on Windows
+    while True:  # O_EXCL: a name that exists, a planted link included, is never opened
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(tmp, flags, 0o666)  # less the umask, as a plain open() would give
+            break
+        except FileExistsError:
+            continue
+    try:
+        if hasattr(os, "fchmod") and path.is_file():  # a file replaced keeps its permissions
+            os.fchmod(fd, path.stat().st_mode & 0o7777)  # (Windows: from Python 3.13, read-only only)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink()
+        raise
+    return fd, tmp
+
 # %% ../notebooks/21_checkpoints.ipynb #5f883b07
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
@@ -49,11 +60,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a directory, expected the name of a file to write")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _create_beside(path)
     os.close(fd)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())
-        yield Path(tmp)
+        yield tmp
         with open(tmp, "r+b") as f:  # opened for writing: Windows syncs no read-only file
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -83,10 +93,10 @@ def write_error(path: str | os.PathLike, err: BaseException) -> WriteError | Non
     return WriteError(f"could not write {path}: {why} ({free / 2**20:,.1f} MiB free there)")
 
 
-def _discard(path: Path, tmp: str, err: BaseException) -> NoReturn:
+def _discard(path: Path, tmp: Path, err: BaseException) -> NoReturn:
     """Remove the temporary file and raise: a full disk as a WriteError, anything else as it came."""
     failure = write_error(path, err)  # before the temporary file gives its space back
-    Path(tmp).unlink(missing_ok=True)
+    tmp.unlink(missing_ok=True)
     if failure is not None:
         raise failure from err
     raise err

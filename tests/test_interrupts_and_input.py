@@ -6,10 +6,11 @@ import importlib
 import io
 import json
 import os
-import select
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -45,13 +46,25 @@ def start(*args, stdin=None) -> subprocess.Popen:
 
 def first_line(proc: subprocess.Popen, startswith: str = "", timeout: float = 120.0) -> str:
     """The first line of proc's standard output that starts with `startswith`, or fail after timeout."""
-    deadline = time.monotonic() + timeout
-    while select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
-        line = proc.stdout.readline()
-        if not line or line.startswith(startswith):
-            return line
-    proc.kill()
-    pytest.fail(f"no line starting with {startswith!r} within {timeout} s")
+    found = queue.Queue()
+
+    def read() -> None:  # in a thread: select() cannot wait on a pipe on Windows
+        while line := proc.stdout.readline():
+            if line.startswith(startswith):
+                break
+        found.put(line)  # "" when the output ended first
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        return found.get(timeout=timeout)
+    except queue.Empty:
+        proc.kill()
+        pytest.fail(f"no line starting with {startswith!r} within {timeout} s")
+
+
+# sending a signal to another process: Windows has no SIGINT to send (only console events) and
+# ends a process outright on SIGTERM
+POSIX_SIGNALS = pytest.mark.skipif(os.name != "posix", reason="signals to another process: POSIX")
 
 
 @pytest.fixture
@@ -108,6 +121,7 @@ def translate(capsys, monkeypatch, run_dir, stdin: bytes):
     return code, out.out.split("\n")[:-1], out.err
 
 
+@POSIX_SIGNALS
 @pytest.mark.slow  # a second Python process starts torch
 def test_translate_prints_each_line_before_the_input_ends(capsys, monkeypatch, run_dir):
     _, expected, _ = translate(capsys, monkeypatch, run_dir, "Ein Hund läuft.\n".encode())
@@ -182,6 +196,7 @@ def test_a_third_sigint_stops_at_once_and_says_what_is_kept(
     assert load_checkpoint(out / "checkpoint.pt", restore_rng=False).step == 5
 
 
+@POSIX_SIGNALS
 @pytest.mark.slow  # a second Python process starts torch
 def test_two_sigints_5_ms_apart_to_a_real_run(tmp_path):
     out = tmp_path / "run"

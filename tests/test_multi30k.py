@@ -10,6 +10,7 @@ import urllib.request
 import pytest
 
 from annotated.data import (
+    MULTI30K_BYTES,
     MULTI30K_ENV,
     MULTI30K_SHA256,
     MULTI30K_SIZES,
@@ -133,6 +134,7 @@ def test_wrong_bytes_raise_and_leave_no_file(monkeypatch, tmp_path):
 def test_a_broken_download_raises_and_leaves_no_file(monkeypatch, tmp_path):
     payload = os.urandom(3 << 20)  # several chunks, the connection drops after the first
     monkeypatch.setitem(MULTI30K_SHA256, "val.de.gz", hashlib.sha256(payload).hexdigest())
+    monkeypatch.setitem(MULTI30K_BYTES, "val.de.gz", len(payload))  # and its size
     serve(monkeypatch, {"val.de.gz": payload}, fail_after=1 << 20)
     with pytest.raises(OSError, match="downloading val.de.gz from https://.*failed"):
         download_multi30k_file("val.de.gz", tmp_path / "val.de.gz")

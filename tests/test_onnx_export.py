@@ -5,7 +5,9 @@ cannot show: the longest output the page allows, and float32 weights that float1
 trained model's weights are all float16 values, so any storage keeps them exact)."""
 
 import json
+import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -277,3 +279,44 @@ def test_float16_storage_leaves_the_outputs_bit_for_bit(tiny):
         runs.append([cross_k, cross_v, *step.run(None, inputs)])
     for a, b in zip(*runs, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+# ---- An export stopped between its renames (issue 43, item 5) --------------------------------------
+
+
+def test_an_export_stopped_between_its_renames_is_caught(tiny, tmp_path, monkeypatch):
+    """The four files are renamed one by one: a kill after the encoder's leaves a new encoder beside
+    the previous export's decoder and translator.json, whose SHA-256 of each graph tells them apart."""
+    _, config, files, _ = tiny
+    folder, out = files["encoder"].parents[1], tmp_path / "out"
+    shutil.copytree(folder / "out", out)  # the previous export
+    assert config["sha256"] == {name: sha256_of(out / name) for name in config["files"].values()}
+    assert onnx_export.check_export(out) == config
+    torch.manual_seed(1)  # another model of the same shape: every graph differs
+    V = config["vocab_size"]
+    other = make_model(V, V, shared_vocab=True, n_layers=1, d_model=32, d_ff=64, n_heads=2)
+    save_checkpoint(tmp_path / "checkpoint.pt", other)
+    shutil.copyfile(folder / "tokenizer.json", tmp_path / "tokenizer.json")
+    replace, renamed = os.replace, []
+
+    def killed_after_the_first(src, dst):
+        if renamed:
+            raise KeyboardInterrupt
+        replace(src, dst)
+        renamed.append(Path(dst).name)
+
+    with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
+        m.setattr(os, "replace", killed_after_the_first)
+        export_translator(tmp_path / "checkpoint.pt", None, out)
+    assert renamed == ["encoder.onnx"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(  # no temporary file is left
+        ["encoder.onnx", "decoder_step.onnx", "tokenizer.json", "translator.json"]
+    )
+    with pytest.raises(ValueError) as err:
+        onnx_export.check_export(out)
+    assert str(err.value) == (
+        f"{out / 'encoder.onnx'} is not the file that {out / 'translator.json'} lists: the folder "
+        "mixes two exports (one was stopped between its renames); export again"
+    )
+    config = export_translator(tmp_path / "checkpoint.pt", None, out)  # exported again: whole
+    assert onnx_export.check_export(out) == config

@@ -342,7 +342,6 @@ def test_writes_do_only_what_windows_allows(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("fails", ["ftruncate", "write"])
 def test_a_lock_whose_note_cannot_be_written_lets_the_folder_go(monkeypatch, tmp_path, fails):
-    pytest.importorskip("fcntl")  # Windows takes no lock
 
     def disk_full(*args):
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -33,6 +33,7 @@ from annotated.app.onnx_graphs import (
 from annotated.app.onnx_export import (
     OnnxTranslator,
     export_translator,
+    check_export,
     cmd_export_onnx,
     add_command,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "store_exact_float16",
     "OnnxTranslator",
     "export_translator",
+    "check_export",
     "cmd_export_onnx",
     "add_command",
     "MODEL_HELP",

@@ -40,6 +40,7 @@ from annotated.training.runs import (
     MANIFEST,
     RunFolder,
     Stop,
+    remove_created,
     remove_stale_temporaries,
     writable_file,
     writable_folder,
@@ -165,13 +166,13 @@ def _interrupted_early(cfg: RunConfig, run: str, signals: Signals, resumed) -> S
 
 def _train_in_folder(cfg: RunConfig, run: str, argv: list[str], signals, resumed) -> None:
     """Train in cfg.out, held by this run alone; a run that writes nothing there leaves no folder."""
-    created, out, rt = False, Path(cfg.out), None
+    made, out, rt = [], Path(cfg.out), None  # (folder created, folder) by the checks
     main_process = int(os.environ.get("RANK", "0")) == 0  # the one that writes the run folder
     try:
-        created = writable_folder(out, "--out")
+        made.append((writable_folder(out, "--out"), out))
         for option in ("results", "export_half"):
-            if getattr(cfg, option):
-                writable_file(getattr(cfg, option), f"--{option.replace('_', '-')}")
+            if path := getattr(cfg, option):
+                made.append((writable_file(path, f"--{option.replace('_', '-')}"), Path(path).parent))
         with run_lock(out) if main_process else contextlib.nullcontext():
             if main_process and remove_stale_temporaries(out):
                 print(f"removed the temporary files that a killed save left in {out}")
@@ -180,8 +181,8 @@ def _train_in_folder(cfg: RunConfig, run: str, argv: list[str], signals, resumed
             rt = start_runtime(cfg.device)
             train(cfg, rt, run, argv, signals, resumed)
     except BaseException:
-        if created and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()  # a run that failed before writing anything leaves no empty folder
+        for created, folder in reversed(made):  # a run that wrote nothing leaves no empty folder
+            remove_created(created, folder)
         raise
     finally:
         if rt is not None:
@@ -193,10 +194,21 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     device = device_of(args.device or "cpu")
     if args.split not in MULTI30K_SIZES:
         raise ValueError(f"--split must be one of {list(MULTI30K_SIZES)}, got {args.split!r}")
-    if args.results:
-        writable_file(args.results, "--results")
-    if args.hypotheses:
-        writable_folder(Path(args.hypotheses), "--hypotheses")
+    made = []  # (folder created, folder) by the checks: removed again if nothing gets written there
+    try:
+        if args.results:
+            made.append((writable_file(args.results, "--results"), Path(args.results).parent))
+        if args.hypotheses:
+            made.append((writable_folder(args.hypotheses, "--hypotheses"), Path(args.hypotheses)))
+        _evaluate(args, device)
+    except BaseException:
+        for created, folder in reversed(made):
+            remove_created(created, folder)
+        raise
+    return 0
+
+
+def _evaluate(args: argparse.Namespace, device: torch.device) -> None:
     model, tok, direction = load_for_inference(args.checkpoint, args.tokenizer, device, args.direction)
     check_beam(args.beam, model, device)
     pairs = load_multi30k(args.split, args.data_dir, direction=direction)[: args.limit]
@@ -209,7 +221,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(f"beam {beam}: BLEU {r['bleu']} ({r['bleu_signature']}), tokenized BLEU {r['tokenized_bleu']}, chrF {r['chrf']}")
     if args.results:
         write_results(Path(args.results), report)
-    return 0
 
 
 def cmd_translate(args: argparse.Namespace) -> int:

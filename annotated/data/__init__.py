@@ -22,6 +22,7 @@ from annotated.data.batching import pad_batch, length_batches, token_batches, pa
 from annotated.data.multi30k import (
     MULTI30K_URL,
     MULTI30K_SHA256,
+    MULTI30K_BYTES,
     MULTI30K_SIZES,
     MULTI30K_ENV,
     DEFAULT_CACHE,
@@ -59,6 +60,7 @@ __all__ = [
     "shard_batches",
     "MULTI30K_URL",
     "MULTI30K_SHA256",
+    "MULTI30K_BYTES",
     "MULTI30K_SIZES",
     "MULTI30K_ENV",
     "DEFAULT_CACHE",

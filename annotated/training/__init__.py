@@ -14,6 +14,8 @@ from annotated.training.checkpoint import (
     save_checkpoint,
     Checkpoint,
     load_checkpoint,
+    read_checked,
+    check_entries,
 )
 from annotated.training.processes import (
     Runtime,
@@ -34,6 +36,7 @@ from annotated.training.runs import (
     Stop,
     writable_folder,
     writable_file,
+    remove_created,
     remove_stale_temporaries,
     write_manifest,
     check_run_file,
@@ -42,6 +45,7 @@ from annotated.training.runs import (
 )
 from annotated.training.interrupts import Signals
 from annotated.training.folder_lock import LOCK, run_lock
+from annotated.training.snapshot_files import read_snapshot
 
 __all__ = [
     "Batch",
@@ -58,6 +62,8 @@ __all__ = [
     "save_checkpoint",
     "Checkpoint",
     "load_checkpoint",
+    "read_checked",
+    "check_entries",
     "Runtime",
     "device_of",
     "start_runtime",
@@ -75,6 +81,7 @@ __all__ = [
     "Signals",
     "writable_folder",
     "writable_file",
+    "remove_created",
     "remove_stale_temporaries",
     "write_manifest",
     "check_run_file",
@@ -82,4 +89,5 @@ __all__ = [
     "resume_into",
     "LOCK",
     "run_lock",
+    "read_snapshot",
 ]

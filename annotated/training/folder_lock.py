@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 
 try:
-    import fcntl  # POSIX (Linux, macOS)
-except ImportError:  # Windows: a run folder takes no lock
+    import fcntl  # POSIX (Linux, macOS): flock
+except ImportError:
     fcntl = None
+    import msvcrt  # Windows: byte-range locks
 
 LOCK = ".lock"  # in a run folder while a run writes it; its text names the process
 
@@ -24,20 +25,16 @@ LOCK = ".lock"  # in a run folder while a run writes it; its text names the proc
 def run_lock(folder, option: str = "--out"):
     """Hold a run folder for one run: a second run on it is refused in one line naming the first."""
     path = Path(folder) / LOCK
-    if fcntl is None:
-        yield
-        return
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+        fd = os.open(path, flags, 0o644)
+        if not _try_lock(fd):
             holder = os.read(fd, 200).decode("utf-8", "replace").strip() or "another process"
             os.close(fd)
             raise ValueError(
                 f"{option} {folder} is in use by another run ({holder}): wait for it to end, "
                 f"or choose another {option}"
-            ) from None
+            )
         with contextlib.suppress(FileNotFoundError):
             if os.path.samestat(os.fstat(fd), os.stat(path)):
                 break  # else the holder removed the file while we opened it: open the new one
@@ -48,5 +45,34 @@ def run_lock(folder, option: str = "--out"):
         os.write(fd, holder.encode())
         yield
     finally:
-        path.unlink(missing_ok=True)  # before the unlock: a run that opened this file opens anew
-        os.close(fd)
+        if fcntl is not None:
+            path.unlink(missing_ok=True)  # before the unlock: a run that opened this file opens anew
+            os.close(fd)  # the lock goes with it
+        else:  # Windows removes no open file: unlock and close first
+            with contextlib.suppress(OSError):
+                os.lseek(fd, _FAR, os.SEEK_SET)
+                msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+            os.close(fd)
+            with contextlib.suppress(OSError):  # another run has opened it meanwhile: it stays
+                path.unlink(missing_ok=True)
+
+# %% ../../notebooks/30_runs.ipynb #bb25a7b5
+_FAR = 2**30  # Windows locks a byte here, far past the text, which others must still read
+
+
+def _try_lock(fd: int) -> bool:
+    """Lock the open file `fd` for this process without waiting; False if another process holds it."""
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+    os.lseek(fd, _FAR, os.SEEK_SET)
+    try:
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # one byte from the file's position
+    except OSError:
+        return False
+    finally:
+        os.lseek(fd, 0, os.SEEK_SET)
+    return True

@@ -12,6 +12,10 @@ import signal
 import sys
 import threading
 
+# Windows delivers Ctrl-C and Ctrl-Break (SIGBREAK) to a console program; SIGTERM only from a raise()
+# inside it, and `taskkill /F` or a job's time limit end the process with no signal to catch
+_WINDOWS_BREAK = (signal.SIGBREAK,) if hasattr(signal, "SIGBREAK") else ()
+
 
 class Signals:
     """Turn SIGINT and SIGTERM into a flag that the training loop reads after each update.
@@ -52,7 +56,7 @@ class Signals:
 
     def __enter__(self) -> "Signals":
         if threading.current_thread() is threading.main_thread():  # only there can handlers be set
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in (signal.SIGINT, signal.SIGTERM, *_WINDOWS_BREAK):
                 self.before[sig] = signal.signal(sig, self.handle)
         return self
 

@@ -49,8 +49,14 @@ def device_of(text: str | None) -> torch.device:
 
 def start_runtime(device: str | None = None) -> Runtime:
     """Join the process group when launched by torchrun; otherwise run alone."""
-    device_of(device)  # a device that does not exist fails here, in one line
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # torchrun's processes on this machine
+    if local_size > 1 and device is not None and device.startswith("cuda:"):
+        raise ValueError(
+            f"--device {device} would put all {local_size} processes that torchrun started on this "
+            "machine on one GPU: pass --device cuda, and each takes the GPU of its LOCAL_RANK"
+        )
+    device_of(device)  # a device that does not exist fails here, in one line
     rank = int(os.environ.get("RANK", "0"))
     want_cuda = device == "cuda" or (device is None and torch.cuda.is_available())
     if want_cuda:

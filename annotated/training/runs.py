@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['MANIFEST', 'RUN_FILES', 'should_stop', 'git_commit', 'hardware', 'run_record', 'strict', 'write_results', 'Stop',
-           'writable_folder', 'writable_file', 'remove_stale_temporaries', 'write_manifest', 'check_run_file',
-           'RunFolder', 'resume_into']
+           'writable_folder', 'writable_file', 'remove_created', 'remove_stale_temporaries', 'write_manifest',
+           'check_run_file', 'RunFolder', 'resume_into']
 
 # %% ../../notebooks/30_runs.ipynb #c002
 import dataclasses
@@ -30,6 +30,7 @@ from .checkpoint import Checkpoint, save_checkpoint
 from ..model.transformer import Transformer
 from .processes import Runtime
 from .interrupts import Signals
+from .snapshot_files import read_snapshot
 
 # %% ../../notebooks/30_runs.ipynb #c008
 def should_stop(
@@ -108,12 +109,12 @@ class Stop(Exception):
         self.code = code
 
 
-def writable_folder(path, option: str) -> bool:
-    """Create the folder if needed and prove that a file can be written in it; True if it was created."""
+def writable_folder(path, option: str) -> Path | None:
+    """Create the folder if needed and prove it writable; return the outermost folder it created."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(f"{option} {path} is a file, expected a folder")
-    created = not path.exists()
+    created = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
     try:
         path.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".probe.", dir=path)
@@ -124,17 +125,30 @@ def writable_folder(path, option: str) -> bool:
     return created
 
 
-def writable_file(path, option: str) -> None:
+def writable_file(path, option: str) -> Path | None:
     """Check that `path` names a file (not a folder) in a folder where files can be written."""
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"{option} {path} is a folder, expected a file name")
-    writable_folder(path.parent, f"{option}'s folder")
+    return writable_folder(path.parent, f"{option}'s folder")
 
 
+def remove_created(created: Path | None, folder) -> None:
+    """Remove `folder` and its parents up to `created` (what writable_folder made) while empty."""
+    if created is None:
+        return
+    for path in [Path(folder), *Path(folder).parents]:
+        if not path.is_dir() or any(path.iterdir()):
+            return
+        path.rmdir()
+        if path == created:
+            return
+
+# %% ../../notebooks/30_runs.ipynb #c012c
 def remove_stale_temporaries(folder: Path) -> int:
     """Delete the temporary files that a killed save left in a run folder; return how many."""
     stale = [p for name in (*RUN_FILES, MANIFEST) for p in folder.glob(f".{name}.*.tmp")]
+    stale += folder.glob(".snapshot-*.pt.*.tmp")  # a weight snapshot's
     stale += [p for p in folder.glob("*.pt.tmp")]  # the fixed name that older versions used
     for p in stale:
         p.unlink(missing_ok=True)
@@ -193,16 +207,13 @@ class RunFolder:
         """The weight snapshots that a resumed checkpoint lists."""
         if ckpt is None:
             return []
-        snapshots = []
+        snapshots, like = [], ckpt.model.state_dict()
         for step in ckpt.extra.get("snapshots", []):
             path = self.out / f"snapshot-{step}.pt"
             if not path.is_file():  # a finished run drops them: its average starts afresh
                 print(f"{path.name} is missing: the average of snapshots leaves it out")
                 continue
-            saved = torch.load(path, map_location="cpu", weights_only=True)
-            if saved.get("run") != self.run:
-                raise ValueError(f"--resume {self.out}: {path.name} belongs to another run")
-            snapshots.append((step, saved["weights"]))
+            snapshots.append((step, read_snapshot(path, self.run, like, f"--resume {self.out}")))
         self.on_disk = {s for s, _ in snapshots}
         return snapshots
 

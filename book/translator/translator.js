@@ -37,21 +37,40 @@ function load(direction) {
   const loading = (async () => {
     const { ort, Tokenizer } = await libraries();
     const folder = new URL(`model/${direction}/`, HERE);
-    const json = async (name) => {
+    const bytes = async (name) => {
       const response = await fetch(new URL(name, folder));
       if (!response.ok) throw new Error(`could not load ${direction}/${name} (HTTP ${response.status})`);
-      return response.json();
+      return new Uint8Array(await response.arrayBuffer());
     };
-    const config = await json("translator.json");
+    const config = JSON.parse(new TextDecoder().decode(await bytes("translator.json")));
     if (config.direction !== direction) throw new Error(`model/${direction}/ holds a ${config.direction} model`);
+    // every other file, checked against the SHA-256 that translator.json records for it: an export
+    // stopped between two of its renames would leave files of two exports side by side
+    const checked = async (name, expected) => {
+      const data = await bytes(name);
+      const found = expected && (await sha256(data)); // null: nothing recorded, or no crypto.subtle
+      if (found && found !== expected) {
+        throw new Error(`model/${direction}/${name} does not belong to the export that translator.json describes; export the model again`);
+      }
+      return data;
+    };
     const sha = config.tokenizer_sha256;
-    const tokenizer = tokenizers.get(sha) ?? forgetOnFailure(tokenizers, sha, json("tokenizer.json").then((j) => new Tokenizer(j, {})));
+    const readTokenizer = async () => JSON.parse(new TextDecoder().decode(await checked("tokenizer.json", sha)));
+    const tokenizer = tokenizers.get(sha) ?? forgetOnFailure(tokenizers, sha, readTokenizer().then((j) => new Tokenizer(j, {})));
     const options = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
-    const session = (name) => ort.InferenceSession.create(new URL(name, folder).href, options);
+    const session = async (name) => ort.InferenceSession.create(await checked(name, config.sha256?.[name]), options);
     const parts = await Promise.all([tokenizer, session(config.files.encoder), session(config.files.decoder_step)]);
     return { ort, config, tokenizer: parts[0], encoder: parts[1], step: parts[2] };
   })();
   return forgetOnFailure(models, direction, loading);
+}
+
+async function sha256(data) {
+  // The SHA-256 of `data` in hex, as Python's hashlib writes it. crypto.subtle exists only on a secure
+  // page (https, or a server on this machine); elsewhere nothing can be checked and nothing is.
+  if (!globalThis.crypto?.subtle) return null;
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", data));
+  return Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 // Let the browser handle input between decoding steps. A message, unlike setTimeout(0), is not
