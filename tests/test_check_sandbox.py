@@ -74,7 +74,8 @@ def test_a_hang_or_a_hard_exit_is_a_failed_check(tmp_path, top, body, reason):
     graded = in_child(tmp_path, solution(tmp_path, "loop.py", body, top), "--timeout", "2")
     assert graded.returncode == 1
     says_in_one_line(graded.stdout, graded.stderr, reason)
-    assert time.monotonic() - start < 300  # stopped at the limit, not never (generous: CI may be loaded)
+    # stopped at the limit, not never (generous: a loaded CI machine starts torch slowly)
+    assert time.monotonic() - start < 300
 
 
 @pytest.mark.slow

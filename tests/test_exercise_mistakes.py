@@ -35,6 +35,9 @@ NAMES.update(PositionwiseFeedForward=PositionwiseFeedForward)
 NAMES.update(DecoderCache=DecoderCache, next_token_logits=next_token_logits)
 
 NOTEBOOKS = Path(__file__).parent.parent / "notebooks"
+SOLUTION = (
+    '#@title Solution { display-mode: "form" }'  # a solution cell's first line (Colab's form)
+)
 
 # (notebook, name): [(what the learner got wrong, the text replaced, its replacement), ...]
 MISTAKES = {
@@ -142,15 +145,15 @@ MISTAKES = {
 
 
 def exercise(notebook: str, name: str) -> tuple[str, str]:
-    """The solution's source (without `# Solution` and the decorator) and the check cell after it."""
+    """The solution's source (without its title line and the decorator) and the check cell after it."""
     cells = json.loads((NOTEBOOKS / f"{notebook}.ipynb").read_text())["cells"]
     code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
     i = next(
         i
         for i, s in enumerate(code)
-        if s.startswith("# Solution") and (f"def {name}(" in s or f"class {name}(" in s)
+        if s.startswith(SOLUTION) and (f"def {name}(" in s or f"class {name}(" in s)
     )
-    lines = [ln for ln in code[i].splitlines() if ln not in ("# Solution", "@check.solution")]
+    lines = [ln for ln in code[i].splitlines() if ln not in (SOLUTION, "@check.solution")]
     return "\n".join(lines) + "\n", code[i + 1]
 
 

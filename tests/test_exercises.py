@@ -18,6 +18,8 @@ from torch import nn
 from annotated import check
 from annotated.check.framework import STARTER, is_starter
 
+# A solution cell's first line: Colab shows the cell as a form with its code hidden (the book hides it too)
+SOLUTION = '#@title Solution { display-mode: "form" }'
 NOTEBOOKS = sorted(Path(__file__).parent.parent.joinpath("notebooks").glob("*.ipynb"))
 
 
@@ -35,7 +37,7 @@ def exercises() -> list[tuple[str, int, list[str]]]:
     for path in NOTEBOOKS:
         cells = code_cells(path)
         found += [
-            (path.name, i, cells) for i, cell in enumerate(cells) if cell.startswith("# Solution")
+            (path.name, i, cells) for i, cell in enumerate(cells) if cell.startswith(SOLUTION)
         ]
     return found
 
@@ -47,6 +49,13 @@ def definitions(source: str) -> list[ast.FunctionDef | ast.ClassDef]:
 
 def test_there_are_exercises():
     assert len(exercises()) >= 40
+
+
+def test_every_solution_is_hidden_in_colab_too():
+    for path in NOTEBOOKS:
+        for i, cell in enumerate(code_cells(path)):
+            if "@check.solution" in cell:
+                assert cell.startswith(SOLUTION + "\n"), f"{path.name} code cell {i}: {cell[:40]!r}"
 
 
 @pytest.mark.parametrize(
