@@ -14,6 +14,11 @@ off, so each load transfers the whole page). A page fails when:
 * its weight, the bytes transferred for one uncached load (compressed as any static host does),
   exceeds the budget: 1.5 MB for the landing page, 3 MB for any other page.
 
+Every page is also audited with axe-core (the accessibility engine of browsers' developer tools,
+from npm: `npm ci` in book/translator installs it), in light and in dark mode: a page fails on any
+violation, whatever its impact, unless the rule is in AXE_ACCEPTED with the reason it cannot be fixed
+from the book's side.
+
 It also checks the favicon, dark mode and the search page, and writes screenshots of the landing
 page and chapters 04, 12 and 17 at both widths to artifacts/screenshots/ (git-ignored). The book
 must be built first (`make book` or `make book-check`).
@@ -53,6 +58,11 @@ PAGE_BUDGET = 3.0e6  # ... and of any other page
 SCREENSHOT_PAGES = {"intro": "landing", "notebooks/04_": "04", "notebooks/12_": "12",
                     "notebooks/17_": "17"}  # fmt: skip
 COMPRESSIBLE = (".html", ".js", ".css", ".svg", ".json", ".txt", ".map")
+AXE = BOOK / "translator" / "node_modules" / "axe-core" / "axe.min.js"
+# axe-core rules whose violations the book cannot fix from its side, with the reason: none today.
+AXE_ACCEPTED: dict[str, str] = {}
+# Rules that depend on the colours: the dark-mode pass runs only these (the markup is the same).
+AXE_COLOUR_RULES = ["color-contrast", "link-in-text-block"]
 
 pytestmark = pytest.mark.browser
 
@@ -443,6 +453,41 @@ UNCAPTIONED_FIGURES = """() => [...document.querySelectorAll('main article figur
   .map(f => f.outerHTML.slice(0, 100))"""
 
 
+# Each violation of axe-core's rules as "impact rule-id: target (how to fix, shortened)".
+AXE_RUN = """async rules => {
+  const options = {resultTypes: ['violations']};
+  if (rules) options.runOnly = {type: 'rule', values: rules};
+  const {violations} = await axe.run(document, options);
+  return violations.flatMap(v => v.nodes.map(n =>
+    `${v.impact} ${v.id}: ${n.target.join(' ')} (${(n.failureSummary || '').split('\\n')[1] || ''})`
+      .slice(0, 300)));
+}"""
+
+# The theme fades colours in over a few hundred milliseconds when the mode changes: measured during
+# the fade, contrast is neither mode's. The audit turns transitions off before it switches.
+NO_TRANSITIONS = (
+    "*, *::before, *::after { transition: none !important; animation: none !important; }"
+)
+
+
+def axe_audit(page, docname: str) -> None:
+    """Fail on any axe-core violation on the page as loaded, in light mode and in dark mode."""
+    if not AXE.exists():
+        pytest.fail(
+            f"{AXE.relative_to(ROOT)} is missing: run `npm ci` in book/translator (make install does)"
+        )
+    if not page.evaluate("typeof axe !== 'undefined'"):
+        page.add_script_tag(path=str(AXE))
+    page.add_style_tag(content=NO_TRANSITIONS)
+    found = []
+    for mode, rules in (("light", None), ("dark", AXE_COLOUR_RULES)):
+        set_theme(page, mode)
+        found += [f"{mode}: {v}" for v in page.evaluate(AXE_RUN, rules)
+                  if v.split()[1].rstrip(":") not in AXE_ACCEPTED]  # fmt: skip
+    set_theme(page, "light")
+    assert not found, f"{docname}: {len(found)} accessibility violation(s) (axe-core): {found[:8]}"
+
+
 @pytest.mark.parametrize("docname", PAGES)
 def test_desktop(desktop: PageLog, book_url: str, docname: str) -> None:
     """At 1366 px: renders offline without errors, fits its column, one search box, alt texts."""
@@ -481,6 +526,7 @@ def test_desktop(desktop: PageLog, book_url: str, docname: str) -> None:
     assert not bad_alt, f"{docname}: images without real alt text (empty or a file name): {bad_alt}"
     uncaptioned = page.evaluate(UNCAPTIONED_FIGURES)
     assert not uncaptioned, f"{docname}: figures without a caption: {uncaptioned}"
+    axe_audit(page, docname)
 
 
 @pytest.mark.parametrize("docname", PAGES)

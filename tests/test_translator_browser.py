@@ -410,3 +410,77 @@ def test_the_landing_page_example_is_the_models_translation(python_model) -> Non
     assert svg.count("<rect x=") == rows * len(encode(tok, german)), (
         "the map is not of this sentence"
     )
+
+
+# The focused element, and whether a focus ring is drawn on it (or on its label, for the radio
+# buttons of the direction switch, which are invisible over their labels).
+FOCUSED = """() => {
+  const el = document.activeElement;
+  const ring = e => { const s = getComputedStyle(e);
+    return (s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) >= 2) || s.boxShadow !== 'none'; };
+  return {id: el.id, name: el.name || '', value: el.value || '', tag: el.tagName.toLowerCase(),
+          text: (el.textContent || '').trim().slice(0, 40),
+          ring: ring(el) || (el.closest('label') !== null && ring(el.closest('label')))};
+}"""
+
+
+def tab_to(page, predicate, limit: int = 40) -> dict:
+    """Press Tab until the focused element satisfies `predicate`; return it (with its focus ring)."""
+    for _ in range(limit):
+        page.keyboard.press("Tab")
+        focused = page.evaluate(FOCUSED)
+        if predicate(focused):
+            return focused
+    pytest.fail(f"Tab never reached the control ({limit} presses); last focused: {focused}")
+
+
+def test_the_translator_works_from_the_keyboard_alone(browser, site_url: str) -> None:
+    """Direction, example, translate, and the map's layer and heads, with keys only; focus visible."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    log = PageLog(page)
+    try:
+        page.goto(f"{site_url}/translate.html", wait_until="load")
+        page.wait_for_function("() => !document.getElementById('translator-run').disabled")
+        page.focus("#translator-input")
+        page.keyboard.press("Shift+Tab")  # back to the direction switch, just before the text box
+        radio = page.evaluate(FOCUSED)
+        assert radio["name"] == "translator-direction", f"Shift+Tab from the text box: {radio}"
+        assert radio["ring"], f"the direction switch shows no focus: {radio}"
+        page.keyboard.press("ArrowRight")  # radio buttons move with the arrow keys
+        assert page.evaluate(FOCUSED)["value"] == "en-de", (
+            "ArrowRight did not choose English → German"
+        )
+        example = tab_to(page, lambda f: f["tag"] == "button" and "translator-example" in
+                         page.evaluate("document.activeElement.className"))  # fmt: skip
+        assert example["ring"], f"an example sentence shows no focus: {example}"
+        assert example["text"] == "Two dogs are playing in the snow.", example
+        page.keyboard.press("Enter")  # an example translates at once
+        page.wait_for_function(FINISHED)
+        assert page.locator("#translator-output").get_attribute("data-state") == "done"
+        assert page.input_value("#translator-input") == example["text"]
+        page.locator("#translator-input").focus()
+        page.keyboard.press("Shift+Tab")
+        run_button = tab_to(page, lambda f: f["id"] == "translator-run")
+        assert run_button["ring"], f"Translate shows no focus: {run_button}"
+        page.keyboard.press("Enter")
+        page.wait_for_function(FINISHED)
+        assert page.locator("#translator-output").get_attribute("data-state") == "done"
+        for control in ("translator-layer", "translator-head"):
+            focused = tab_to(page, lambda f, c=control: f["id"] == c)
+            assert focused["ring"], f"{control} shows no focus: {focused}"
+            before = page.inner_html("#translator-svg")
+            chosen = page.evaluate(f"document.getElementById('{control}').value")
+            last = page.evaluate(f"(s => s.selectedIndex === s.options.length - 1)"
+                                 f"(document.getElementById('{control}'))")  # fmt: skip
+            page.keyboard.press("ArrowUp" if last else "ArrowDown")  # a select moves with arrows
+            page.wait_for_function(
+                "([id, v]) => document.getElementById(id).value !== v", arg=[control, chosen]
+            )
+            page.wait_for_function("b => document.getElementById('translator-svg').innerHTML !== b",
+                                   arg=before)  # fmt: skip
+        check_clean(log)
+    finally:
+        log.detach()
+        context.close()

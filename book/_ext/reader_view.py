@@ -287,11 +287,73 @@ def fold_long_outputs(body: str) -> str:
     return TEXT_OUTPUT.sub(fold, body)
 
 
+# --- accessible markup ------------------------------------------------------------------------
+
+# sphinx-togglebutton names every hidden cell's summary "Toggle hidden content", a name that does not
+# contain the words a reader sees ("Show code cell source"): speech-input users cannot say them.
+TOGGLE_SUMMARY = '<summary aria-label="Toggle hidden content">'
+# sphinxcontrib-bibtex's reference list: role="list" whose entries carry role="doc-biblioentry"
+# (deprecated in DPUB-ARIA 1.1 and not allowed on a div), so the list has no list items.
+BIBLIOENTRY = 'role="doc-biblioentry"'
+PANDAS_TABLE = re.compile(r'(<table\b[^>]*class="dataframe"[^>]*>)(.*?)(</table>)', re.S)
+HEAD_ROW = re.compile(r"<tr\b[^>]*>(.*?)</tr>", re.S)
+HEAD_CELL = re.compile(r"<th\b([^>]*)>(.*?)</th>", re.S)
+
+
+def _column_header(cell: re.Match) -> str:
+    """A header cell of a pandas table's head: scope="col", or a plain cell when it is empty."""
+    attrs, text = cell.groups()
+    if not text.strip():
+        return f"<td{attrs}></td>"
+    scope = "" if "scope=" in attrs else ' scope="col"'
+    return f"<th{attrs}{scope}>{text}</th>"
+
+
+def pandas_headers(table: str) -> str:
+    """Give a pandas table (DataFrame.to_html) real header cells.
+
+    A frame with a named index prints two header rows: the column names over an empty corner, then
+    the index's name over empty cells. Where the two rows complement each other (no spans, every
+    position named in exactly one of them) they become one row of named headers; otherwise an empty
+    header cell becomes a plain cell. Column headers get scope="col", row headers scope="row".
+    """
+    opening, inner, closing = PANDAS_TABLE.match(table).groups()
+    if "<thead>" in inner:
+        head, rest = inner.split("</thead>", 1)
+        rows = [HEAD_CELL.findall(r) for r in HEAD_ROW.findall(head)]
+        spans = any("span" in attrs for row in rows for attrs, _ in row)
+        if len(rows) == 2 and not spans and len(rows[0]) == len(rows[1]):
+            names = [a.strip() or b.strip() for (_, a), (_, b) in zip(*rows, strict=True)]
+            complementary = all(
+                bool(a.strip()) != bool(b.strip()) for (_, a), (_, b) in zip(*rows, strict=True)
+            )
+            if complementary:
+                cells = "".join(f'<th scope="col">{n}</th>' for n in names)
+                head = f'<thead><tr style="text-align: right;">{cells}</tr>'
+        head = HEAD_CELL.sub(_column_header, head)
+        inner = head + "</thead>" + rest
+    inner = re.sub(
+        r"<tbody>.*?</tbody>",
+        lambda b: re.sub(r"<th\b(?![^>]*scope=)", '<th scope="row"', b.group(0)),
+        inner,
+        flags=re.S,
+    )
+    return opening + inner + closing
+
+
+def accessible_markup(body: str) -> str:
+    """Fix what the notebook renderer and the extensions write for assistive technology."""
+    body = body.replace(TOGGLE_SUMMARY, "<summary>")
+    body = body.replace(BIBLIOENTRY, 'role="listitem"')
+    return PANDAS_TABLE.sub(lambda m: pandas_headers(m.group(0)), body)
+
+
 def polish_page(app, pagename, templatename, context, doctree) -> None:
-    """html-page-context: label tables for their phone and dark-mode styles; break long names;
-    fold long printed outputs."""
+    """html-page-context: label tables for their phone and dark-mode styles; accessible names,
+    roles and table headers; break long names; fold long printed outputs."""
     if "body" in context:
-        context["body"] = fold_long_outputs(break_names(label_tables(context["body"])))
+        body = accessible_markup(label_tables(context["body"]))
+        context["body"] = fold_long_outputs(break_names(body))
 
 
 # --- per-page assets --------------------------------------------------------------------------
