@@ -31,6 +31,11 @@ def test_directives_and_markers_leave_the_code() -> None:
     )
 
 
+def test_colabs_form_title_reads_as_a_plain_comment() -> None:
+    source = '#@title Solution { display-mode: "form" }\n@check.solution\ndef f():\n    pass\n'
+    assert reader_view.clean_source(source) == "# Solution\n@check.solution\ndef f():\n    pass"
+
+
 def test_a_cell_of_directives_only_becomes_empty() -> None:
     assert reader_view.clean_source("#| default_exp multi_head\n") == ""
     assert reader_view.clean_source("# NBVAL_SKIP\n\n") == ""

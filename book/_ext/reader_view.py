@@ -40,6 +40,9 @@ RESULTS = ROOT / "results"
 
 DIRECTIVE = re.compile(r"^\s*#\|")  # nbdev: #| export, #| default_exp NAME, #| hide ...
 NBVAL = re.compile(r"^\s*#\s*NBVAL_\w+")
+# Colab's form title, "#@title Solution { display-mode: "form" }": Colab hides the cell's code; the
+# book shows the title as a plain comment ("# Solution")
+COLAB_TITLE = re.compile(r"^(\s*)#\s*@title\s+(.*?)\s*(\{.*\})?\s*$")
 GENERATOR_REPR = re.compile(r"^<torch\._C\.Generator (object )?at 0x[0-9a-f]+>$")
 # One tqdm line: "  0%|     | 0/150 [00:00<?, ?update/s]", "100%|█████| 150/150 [00:03<00:00, 41.2it/s]"
 PROGRESS = re.compile(r"^.*\d+%\|.*\|\s*[\d.]+[kMG]?/[\d.?]+[kMG]?\s*\[.*\]\s*$")
@@ -56,6 +59,10 @@ def clean_source(text: str) -> str:
     while i < len(lines):
         line = lines[i]
         if DIRECTIVE.match(line):
+            i += 1
+            continue
+        if title := COLAB_TITLE.match(line):
+            out.append(f"{title.group(1)}# {title.group(2)}")
             i += 1
             continue
         if NBVAL.match(line):
