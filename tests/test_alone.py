@@ -41,8 +41,15 @@ class Quiet(http.server.SimpleHTTPRequestHandler):
 def alone(tmp_path_factory) -> dict[str, str]:
     """A virtualenv holding only the wheel, its kernel, and the environment a notebook runs with."""
     work = tmp_path_factory.mktemp("alone")
+    # built from a copy: pytest's workers each build one, and setuptools writes into the source tree
+    source = work / "source"
+    shutil.copytree(
+        ROOT / "annotated", source / "annotated", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
     build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-    subprocess.run([*build, "-w", str(work / "dist"), str(ROOT)], check=True)
+    subprocess.run([*build, "-w", str(work / "dist"), str(source)], check=True)
     (wheel,) = (work / "dist").glob("*.whl")
     env_dir = work / "venv"
     venv.create(env_dir, with_pip=True)
