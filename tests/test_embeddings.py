@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.testing import assert_close
 
-from annotated.model import Embeddings
-from annotated.model.embeddings import values_are_free
+from annotated.model import Embeddings, make_model
+from annotated.validation import values_are_free
 
 
 @settings(max_examples=20, deadline=None)
@@ -57,26 +57,34 @@ def test_weight_can_be_tied_to_the_output_projection():
     assert len(list(nn.ModuleList([emb, generator]).parameters())) == 1
 
 
+def edge_model():
+    """The full model: the ids are checked where they enter it, the embedding layer trusts them."""
+    return make_model(10, 10, n_layers=1, d_model=8, d_ff=16, n_heads=2).eval()
+
+
 @pytest.mark.parametrize(
     ("ids", "message"),
     [
-        ([[0, 10]], r"token ids must lie in \[0, vocab_size=10\), got ids from 0 to 10"),
-        ([[-1, 3]], r"token ids must lie in \[0, vocab_size=10\), got ids from -1 to 3"),
+        ([[0, 10]], r"src: token ids must lie in \[0, vocab_size=10\), got ids from 0 to 10"),
+        ([[-1, 3]], r"src: token ids must lie in \[0, vocab_size=10\), got ids from -1 to 3"),
     ],
 )
-def test_out_of_range_ids_raise(ids, message):
+def test_out_of_range_ids_raise_at_the_models_edge(ids, message):
     with pytest.raises(ValueError, match=message):
-        Embeddings(10, 4)(torch.tensor(ids))
+        edge_model().encode(torch.tensor(ids))
+    memory = edge_model().encode(torch.tensor([[1, 2]]))
+    with pytest.raises(ValueError, match=message.replace("src", "tgt")):
+        edge_model().decode(memory, None, torch.tensor(ids), None)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bool, torch.uint8])
-def test_non_integer_ids_raise(dtype):
-    with pytest.raises(TypeError, match=rf"tokens must be an integer tensor .* got dtype={dtype}"):
-        Embeddings(10, 4)(torch.zeros(1, 3, dtype=dtype))
+def test_non_integer_ids_raise_at_the_models_edge(dtype):
+    with pytest.raises(TypeError, match=rf"src must be an integer tensor.*{dtype}"):
+        edge_model().encode(torch.zeros(1, 3, dtype=dtype))
 
 
 def test_ids_are_read_only_where_that_costs_no_wait():
-    """Off the CPU the range check would wait for the device at every step: it is skipped there.
+    """Off the CPU the range check would wait for the device: the model skips it there.
 
     A tensor on the `meta` device has no values, so reading one (min/max) would raise."""
     emb = Embeddings(10, 4).to("meta")

@@ -73,20 +73,16 @@ def check_n_layers(model, cfg):
 
 def check_d_model(model, cfg):
     d = cfg.d_model
-    for m in (
-        model.src_embed,
-        model.tgt_embed,
-        model.src_pos,
-        model.tgt_pos,
-        *of(model, LayerNorm),
-    ):
-        assert m.d_model == d
+    for m in (model.src_embed, model.tgt_embed):
+        assert m.d_model == m.lut.embedding_dim == d
+    for m in (model.src_pos, model.tgt_pos):
+        assert (m.embedding.weight if m.learned else m.pe).shape[-1] == d
     for norm in of(model, LayerNorm):
         assert norm.weight.shape == norm.bias.shape == (d,)
     for mha in of(model, MultiHeadAttention):
         assert mha.d_model == mha.W_q.in_features == mha.W_o.out_features == d
     for ff in of(model, PositionwiseFeedForward):
-        assert ff.d_model == ff.w_1.in_features == ff.w_2.out_features == d
+        assert ff.w_1.in_features == ff.w_2.out_features == d
     assert model.encode(tokens(cfg)[0]).shape[-1] == d
 
 
@@ -94,7 +90,7 @@ def check_d_ff(model, cfg):
     ffs = of(model, PositionwiseFeedForward)
     assert len(ffs) == 2 * cfg.n_layers
     for ff in ffs:
-        assert ff.d_ff == ff.w_1.out_features == ff.w_2.in_features == cfg.d_ff
+        assert ff.w_1.out_features == ff.w_2.in_features == cfg.d_ff
 
 
 def check_heads(model, cfg):  # n_heads and d_k
@@ -239,15 +235,16 @@ def x_small(d=8, spread=0.05):
 @pytest.mark.parametrize("eps", [1e-5, 0.1])
 def test_layer_norm_eps_and_width(eps):
     norm = LayerNorm(8, eps)
-    assert (norm.d_model, norm.eps, norm.weight.shape) == (8, eps, (8,))
+    assert (norm.eps, norm.weight.shape, norm.bias.shape) == (eps, (8,), (8,))
     x = x_small()
     torch.testing.assert_close(norm(x), F.layer_norm(x, (8,), eps=eps))
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_sublayer_connection_passes_eps_dropout_and_placement(norm_first):
-    block = SublayerConnection(8, dropout=0.3, norm_first=norm_first, eps=0.1).eval()
-    assert (block.norm.d_model, block.norm.eps) == (8, 0.1)
+def test_sublayer_connection_passes_dropout_and_placement(norm_first):
+    block = SublayerConnection(8, dropout=0.3, norm_first=norm_first).eval()
+    block.norm.eps = 0.1
+    assert block.norm.weight.shape == (8,)
     assert block.dropout.p == 0.3 and block.norm_first == norm_first
     x, sub = x_small(), nn.Linear(8, 8)
     norm = lambda y: F.layer_norm(y, (8,), eps=0.1)  # noqa: E731
@@ -295,9 +292,9 @@ def test_layer_arguments_reach_their_sublayers(kind, norm_first):
             False,
             0.3,
         )
-    assert (layer.feed_forward.d_ff, layer.feed_forward.dropout.p) == (20, 0.3)
+    assert (layer.feed_forward.w_1.out_features, layer.feed_forward.dropout.p) == (20, 0.3)
     for sub in subs:
-        assert (sub.norm.d_model, sub.dropout.p, sub.norm_first) == (12, 0.3, norm_first)
+        assert (sub.norm.weight.numel(), sub.dropout.p, sub.norm_first) == (12, 0.3, norm_first)
     stack = (Encoder if kind is EncoderLayer else Decoder)(layer, 4)
     assert len(stack.layers) == 4
     assert isinstance(stack.norm, LayerNorm if norm_first else nn.Identity)
@@ -321,7 +318,7 @@ def test_embeddings_arguments():
 
 PIECE_ARGS = {  # every constructor argument, and the test that checks it
     LayerNorm: {"d_model", "eps"},
-    SublayerConnection: {"d_model", "dropout", "norm_first", "eps"},
+    SublayerConnection: {"d_model", "dropout", "norm_first"},
     MultiHeadAttention: {"d_model", "n_heads", "dropout", "bias", "scale", "d_k"},
     PositionwiseFeedForward: {"d_model", "d_ff", "dropout"},
     EncoderLayer: {"d_model", "n_heads", "d_ff", "dropout", "norm_first", "scale_attention", "d_k"},

@@ -116,7 +116,7 @@ def _check_inputs(
 # %% ../../notebooks/28_input_checks.ipynb #3efe1b08
 def _check_model(model: nn.Module, src: Tensor, limits: Tensor, **ids: int) -> None:
     """Token ids inside the vocabularies, and lengths the positional encoding covers."""
-    from annotated.model.embeddings import check_token_ids
+    from annotated.validation import check_token_ids
     from annotated.validation import check_int
     cfg = getattr(model, "cfg", None)
     if cfg is None:  # not a Transformer: nothing to compare with

@@ -1,8 +1,8 @@
 """The model (§3): attention, masks, heads, positions, embeddings, norms, the encoder, the decoder and the Transformer.
 
-Notebooks 02-11 teach them; the layers the model runs are exported from them and from chapter 14 (the
-cache) and appendices 28 (the embeddings with their checks) and 35 (attention, LayerNorm, the
-feed-forward network, the decoder and the model, with what decoding and the experiments add).
+Chapters 02-11 teach them and export each layer as they write it; chapter 14 adds the decoding cache,
+and appendix 35 the fused attention kernel, the faster dropout and the full model with its checks at the
+edge.
 
 Each module is generated from a notebook (its header names which); this file, written by hand,
 re-exports their public names.

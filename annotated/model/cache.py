@@ -29,6 +29,12 @@ class KVCache:
         self.k, self.v = k, v
         return k, v
 
+    def keys_values(self, layer, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """A MultiHeadAttention's keys and values (B, H, length, Dk): the kept ones, then the new ones."""
+        if self.static and self.k is not None:  # the encoder output: projected on the first step only
+            return self.k, self.v
+        return self.append(layer.split_heads(layer.W_k(key)), layer.split_heads(layer.W_v(value)))
+
     def reorder(self, indices: Tensor) -> None:
         """Keep batch rows `indices` (B',), in that order: beam search's beams follow their parents."""
         if self.k is not None:
@@ -46,6 +52,12 @@ class DecoderCache:
     def length(self) -> int | Tensor:
         """The target positions decoded so far."""
         return self.layers[0][0].length if self.layers else 0
+
+    def per_layer(self, n_layers: int) -> list[tuple[KVCache, KVCache]]:
+        """One (self-attention, encoder-decoder) pair of caches per layer, made on the first step."""
+        if not self.layers:
+            self.layers = [(KVCache(), KVCache(static=True)) for _ in range(n_layers)]
+        return self.layers
 
     def reorder(self, indices: Tensor) -> None:
         """Keep batch rows `indices` (B',) in every layer, in that order (beam search, notebook 15)."""

@@ -46,37 +46,26 @@ def relative_shift_matrix(k: int, d_model: int) -> Tensor:
     blocks = torch.stack(rows, -2)  # (D/2, 2, 2)
     return torch.block_diag(*blocks).to(torch.get_default_dtype())  # (D, D)
 
-# %% ../../notebooks/35_implementation_details.ipynb #5cc8d825
+# %% ../../notebooks/05_positional_encoding.ipynb #c026
 class PositionalEncoding(nn.Module):
     """Add a position vector to each embedding, then apply dropout (§3.5, §5.4)."""
 
-    def __init__(
-        self, d_model: int, dropout: float = 0.1, max_len: int = 5000, learned: bool = False
-    ):
+    def __init__(self, d_model: int, dropout: float = 0.1, max_len: int = 5000, learned: bool = False):
         super().__init__()
-        self.d_model, self.max_len, self.learned = d_model, max_len, learned
-        self.dropout = Dropout(dropout)
+        self.max_len, self.learned, self.dropout = max_len, learned, Dropout(dropout)
         if learned:  # Table 3 (E): a trained vector per position instead of the fixed table
             positive_int(max_len, "max_len")
-            positive_int(d_model, "d_model")
             self.embedding = nn.Embedding(max_len, d_model)
         else:  # recomputable from (max_len, d_model), so kept out of the state_dict
             self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        """x: (B, L, D) holding positions start .. start + L - 1 (start > 0 when decoding step by step)."""
-        if x.dim() != 3 or x.size(-1) != self.d_model:
-            raise ValueError(
-                f"x must have shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}"
-            )
-        if isinstance(start, bool) or not isinstance(start, int | Tensor):  # a tensor when traced
-            raise TypeError(f"start must be an int (the first position), got start={start!r}")
-        if isinstance(start, int) and start < 0:
-            raise ValueError(f"start must be >= 0 (the first position), got start={start}")
+        """x (B, L, D) holds positions start .. start + L - 1: add their rows of the table, then dropout."""
         end = start + x.size(1)
-        if end > self.max_len:
+        if end > self.max_len:  # the table has no row for position max_len or later
             raise ValueError(
                 f"sequence length {end} exceeds max_len={self.max_len}; build the encoding with max_len >= {end}"
             )
         table = self.embedding.weight if self.learned else self.pe  # (max_len, D)
         return self.dropout(x + table[start:end])  # (B, L, D)
+

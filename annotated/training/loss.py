@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..validation import check_int
-from ..model.embeddings import values_are_free
+from ..validation import values_are_free
 from ..model.masks import check_tokens
 
 # %% ../../notebooks/33_training_engineering.ipynb #l28c

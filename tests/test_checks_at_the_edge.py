@@ -1,0 +1,118 @@
+"""Input checks run where a batch enters the model (encode, decode), and the layers inside trust it.
+
+A check counts once however many guards it holds: the outermost call of a function whose name starts
+with `check` or `_check` (or `positive_int`), plus each `raise` left in a layer's `forward`.
+"""
+
+import ast
+import inspect
+import sys
+import textwrap
+
+import torch
+
+import annotated
+from annotated.model import (
+    Decoder,
+    DecoderCache,
+    DecoderLayer,
+    Embeddings,
+    Encoder,
+    EncoderLayer,
+    LayerNorm,
+    MultiHeadAttention,
+    PositionalEncoding,
+    PositionwiseFeedForward,
+    SublayerConnection,
+    causal_mask,
+    make_model,
+    padding_mask,
+)
+
+PACKAGE = annotated.__file__.rsplit("/", 1)[0]
+
+
+def is_check(code) -> bool:
+    name = code.co_name
+    return code.co_filename.startswith(PACKAGE) and (
+        name.startswith(("check", "_check")) or name == "positive_int"
+    )
+
+
+def check_calls(fn, *args, nested: bool = False, **kwargs) -> list[str]:
+    """The names of the check functions that fn(*args, **kwargs) calls, in order: the outermost ones,
+    or with nested=True also those they call."""
+    calls, depth = [], [0]
+
+    def profile(frame, event, arg):
+        if not is_check(frame.f_code):
+            return
+        if event == "call":
+            if depth[0] == 0 or nested:
+                calls.append(frame.f_code.co_name)
+            depth[0] += 1
+        elif event == "return":
+            depth[0] -= 1
+
+    sys.setprofile(profile)
+    try:
+        fn(*args, **kwargs)
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def raises_in_forward(cls) -> int:
+    """How many `raise` statements the class's own forward holds."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
+    return sum(isinstance(node, ast.Raise) for node in ast.walk(tree))
+
+
+def batch():
+    src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])  # (B, S)
+    tgt = torch.tensor([[1, 7, 6, 5], [1, 9, 8, 0]])  # (B, T)
+    return src, tgt, padding_mask(src, 0), padding_mask(tgt, 0) & causal_mask(4)
+
+
+def test_the_layers_trust_their_input():
+    layers = (
+        Embeddings,
+        LayerNorm,
+        SublayerConnection,
+        PositionwiseFeedForward,
+        MultiHeadAttention,
+        EncoderLayer,
+        Encoder,
+        DecoderLayer,
+        Decoder,
+    )
+    assert {cls.__name__: raises_in_forward(cls) for cls in layers} == dict.fromkeys(
+        (cls.__name__ for cls in layers), 0
+    )
+    # the one check a layer keeps, because its message says what max_len is (chapter 05)
+    assert raises_in_forward(PositionalEncoding) == 1
+
+
+def test_one_forward_of_a_six_layer_model_runs_fourteen_checks_at_most():
+    model = make_model(11, 11, n_layers=6, d_model=16, d_ff=32, n_heads=2).eval()
+    src, tgt, src_mask, tgt_mask = batch()
+    calls = check_calls(model, src, tgt, src_mask, tgt_mask)
+    position_guards = 2  # the positional encoding's length check, in the encoder and in the decoder
+    assert calls == ["check_source", "check_target"]  # at the edge: encode, decode
+    nested = check_calls(model, src, tgt, src_mask, tgt_mask, nested=True)
+    assert len(nested) + position_guards <= 14, nested  # 66 before they moved to the edge
+
+
+def test_a_cached_decode_checks_the_memory_on_its_first_step_only():
+    model = make_model(11, 11, n_layers=2, d_model=16, d_ff=32, n_heads=2).eval()
+    src, _, src_mask, _ = batch()
+    memory, cache = model.encode(src, src_mask), DecoderCache()
+    step = torch.ones(2, 1, dtype=torch.long)  # (B, 1): one new token a step
+    first = check_calls(model.decode, memory, src_mask, step, None, cache, nested=True)
+    later = [
+        check_calls(model.decode, memory, src_mask, step, None, cache, nested=True)
+        for _ in range(3)
+    ]
+    assert "_check_memory" in first and "check_mask" in first
+    for calls in later:  # the new tokens only: neither the memory nor its mask again
+        assert "check_target" in calls and not {"_check_memory", "check_mask"} & set(calls), calls
