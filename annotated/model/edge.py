@@ -6,7 +6,7 @@
 __all__ = []
 
 
-# %% ../../notebooks/28_input_checks.ipynb #018e24f4
+# %% ../../notebooks/28_input_checks.ipynb #eb94f37d
 """The checks the model runs where a batch enters it, in encode and decode, and nowhere else."""
 
 # Shapes: B batch, S source length, T target length, D d_model.
@@ -40,7 +40,7 @@ def check_target(cfg, memory, src_mask, tgt: Tensor, tgt_mask, start, tgt_is_cau
         _check_sees_something(tgt_mask, "tgt_mask")
 
 
-# %% ../../notebooks/28_input_checks.ipynb #841cf6a0
+# %% ../../notebooks/28_input_checks.ipynb #2d4d76ae
 def _check_token_tensor(tokens, name: str, shape: str, vocab_size: int) -> None:
     if not isinstance(tokens, Tensor):  # a list or an array: say so, not "'list' has no attribute"
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}")

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['PositionwiseFeedForward']
 
-# %% ../../notebooks/08_feed_forward.ipynb #1a8d2367
+# %% ../../notebooks/08_feed_forward.ipynb #9459860c
 # Shapes: B batch, L sequence length (S or T), D d_model, F d_ff.
 import torch
 from torch import Tensor, nn

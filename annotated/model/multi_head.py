@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['MultiHeadAttention', 'split_weights']
 
-# %% ../../notebooks/04_multi_head_attention.ipynb #6f478bc7
+# %% ../../notebooks/04_multi_head_attention.ipynb #ed97fdde
 # Shapes: B batch, T queries, S keys and values, D d_model, H heads, Dk and Dv the width of one head.
 import torch
 from torch import Tensor, nn

@@ -1,0 +1,90 @@
+"""One home per name: a class or function of the package's API is defined in one notebook only.
+
+The chapter that teaches a piece exports it, and later chapters add to it by composition. Exercise
+answers (`My...` classes and `my_...` functions, and the solutions standing in for them), the graders'
+independent references (appendices 23-27) and the experiments' local helpers (chapters 18-20) are
+not the package's code and are not counted.
+"""
+
+import ast
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import annotated
+from annotated import app, check, data, decoding, model, training
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+GRADERS_AND_EXPERIMENTS = ("18_", "19_", "20_", "23_", "24_", "25_", "26_", "27_")
+
+# Names still written twice, each with the notebooks that define it: the training pieces of chapter 12,
+# whose package versions appendix 33 writes. The list may only shrink; a test below holds it exact.
+STILL_TWICE = {
+    name: {"12_training.ipynb", "33_training_engineering.ipynb"}
+    for name in (
+        "Batch",
+        "LabelSmoothingLoss",
+        "noam_scheduler",
+        "train_step",
+        "average_weights",
+    )
+}
+
+
+def api_names() -> set[str]:
+    names = set(annotated.__all__)
+    for role in (app, check, data, decoding, model, training):
+        names |= set(role.__all__)
+    return names
+
+
+def definitions() -> dict[str, set[str]]:
+    """Every top-level class and function of the notebooks' code cells: name -> notebooks."""
+    homes: dict[str, set[str]] = defaultdict(set)
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        if path.name.startswith(GRADERS_AND_EXPERIMENTS):
+            continue
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"])
+            if cell["cell_type"] != "code" or "@check.solution" in source:
+                continue
+            lines = [  # an IPython magic becomes a pass, as IPython runs it in its place
+                line[: len(line) - len(line.lstrip())] + "pass"
+                if line.lstrip().startswith(("%", "!"))
+                else line
+                for line in source.splitlines()
+            ]
+            for node in ast.parse("\n".join(lines)).body:
+                if isinstance(node, ast.ClassDef | ast.FunctionDef):
+                    if not node.name.lower().startswith("my"):
+                        homes[node.name].add(path.name)
+    return homes
+
+
+def test_no_api_name_has_two_homes():
+    api = api_names()
+    twice = {name: files for name, files in definitions().items() if name in api and len(files) > 1}
+    assert twice == STILL_TWICE
+
+
+def test_the_model_is_what_the_chapters_write():
+    homes = definitions()
+    for name, chapter in [
+        ("MultiHeadAttention", "04_multi_head_attention.ipynb"),
+        ("PositionalEncoding", "05_positional_encoding.ipynb"),
+        ("Embeddings", "06_embeddings.ipynb"),
+        ("LayerNorm", "07_add_and_norm.ipynb"),
+        ("SublayerConnection", "07_add_and_norm.ipynb"),
+        ("PositionwiseFeedForward", "08_feed_forward.ipynb"),
+        ("EncoderLayer", "09_encoder.ipynb"),
+        ("Encoder", "09_encoder.ipynb"),
+        ("DecoderLayer", "10_decoder.ipynb"),
+        ("Decoder", "10_decoder.ipynb"),
+        ("Transformer", "11_model.ipynb"),
+    ]:
+        assert homes[name] == {chapter}, name
+        assert getattr(model, name).__module__.startswith("annotated.model."), name
+        source = Path(model.__file__).parent / (
+            getattr(model, name).__module__.split(".")[-1] + ".py"
+        )
+        assert f"File to edit: ../../notebooks/{chapter}" in source.read_text(), name
