@@ -21,10 +21,6 @@ _seen: set[str] = set()  # notebooks this export run has read: one read twice me
 
 
 def _docstring(sources: list[str]) -> str:
-    first = ast.parse(sources[0]).body  # a module's summary written as the first cell's first string
-    if first and isinstance(first[0], ast.Expr) and isinstance(first[0].value, ast.Constant):
-        if isinstance(first[0].value.value, str):
-            return first[0].value.value.strip().splitlines()[0]
     for source in sources:
         for node in ast.parse(source).body:
             if isinstance(node, ast.ClassDef | ast.FunctionDef) and ast.get_docstring(node):

@@ -6,6 +6,10 @@
 __all__ = ['check_int', 'positive_int', 'values_are_free', 'check_token_ids']
 
 # %% ../notebooks/28_input_checks.ipynb #c003
+import torch
+from torch import Tensor
+
+
 def check_int(value, name: str, low: int | None = None, high: int | None = None, what: str = "") -> int:
     """Return `value` if it is an int (not a bool) in [low, high]; otherwise raise a clear error."""
     ok = isinstance(value, int) and not isinstance(value, bool)
@@ -26,10 +30,6 @@ def positive_int(value, name: str, what: str = "") -> int:
     return check_int(value, name, low=1, what=what)
 
 # %% ../notebooks/28_input_checks.ipynb #33c64949
-import torch
-from torch import Tensor
-
-
 def values_are_free(t: Tensor) -> bool:
     """True where reading t's values costs no wait: a CPU tensor, not traced or compiled."""
     return t.device.type == "cpu" and not (torch.jit.is_tracing() or torch.compiler.is_compiling())

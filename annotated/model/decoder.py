@@ -8,7 +8,7 @@ __all__ = ['DecoderLayer', 'Decoder']
 # %% ../../notebooks/10_decoder.ipynb #c002
 import copy
 
-from torch import Tensor, nn
+from torch import nn
 
 from .feed_forward import PositionwiseFeedForward
 from .multi_head import MultiHeadAttention, split_weights

@@ -9,7 +9,6 @@ __all__ = ['Embeddings']
 # Shapes: B batch, L sequence length (S or T), D d_model, n_vocab vocabulary size.
 import math
 
-import torch
 from torch import Tensor, nn
 
 # %% ../../notebooks/06_embeddings.ipynb #9f2f3822

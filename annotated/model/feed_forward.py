@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['PositionwiseFeedForward']
 
-# %% ../../notebooks/08_feed_forward.ipynb #9459860c
+# %% ../../notebooks/08_feed_forward.ipynb #837e9832
 # Shapes: B batch, L sequence length (S or T), D d_model, F d_ff.
 import torch
 from torch import Tensor, nn

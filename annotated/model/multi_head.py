@@ -75,9 +75,6 @@ class MultiHeadAttention(nn.Module):
 
 
 # %% ../../notebooks/35_implementation_details.ipynb #6e497621
-import torch.nn.functional as F
-
-
 def attend_fused(self: MultiHeadAttention, q, k, v, mask, need_weights=False, is_causal=False):
     """Eq. 1 in every head through PyTorch's kernel; chapter 04's formula when the weights are asked for."""
     if need_weights:
@@ -87,7 +84,7 @@ def attend_fused(self: MultiHeadAttention, q, k, v, mask, need_weights=False, is
         return x, weights.detach()
     p = self.dropout.p if self.training else 0.0
     scale = None if self.scale else 1.0  # None: the kernel's default 1/sqrt(d_k)
-    x = F.scaled_dot_product_attention(q, k, v, mask, p, is_causal, scale=scale)  # (B, H, T, Dv)
+    x = torch.nn.functional.scaled_dot_product_attention(q, k, v, mask, p, is_causal, scale=scale)  # (B, H, T, Dv)
     # The fused kernel returns 0 for a query row holding NaN, where Eq. 1 gives NaN. Adding 0 * the
     # row's max puts the NaN back and adds 0 to every finite row.
     return x + 0 * q.detach().amax(-1, keepdim=True), None

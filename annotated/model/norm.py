@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['LayerNorm', 'SublayerConnection']
 
-# %% ../../notebooks/07_add_and_norm.ipynb #2c61a67d
+# %% ../../notebooks/07_add_and_norm.ipynb #359784d4
 # Shapes: B batch, L sequence length (S or T), D d_model; "..." any leading dimensions.
 from collections.abc import Callable
 

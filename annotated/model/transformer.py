@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['Transformer', 'AttentionWeights', 'make_model']
 
-# %% ../../notebooks/11_model.ipynb #4bb457cc
+# %% ../../notebooks/11_model.ipynb #27542da5
 from dataclasses import dataclass, field
 
 from torch import Tensor, nn

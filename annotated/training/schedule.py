@@ -8,6 +8,7 @@ __all__ = ['noam_lr', 'make_optimizer', 'noam_scheduler', 'schedule_rates']
 # %% ../../notebooks/12_training.ipynb #c021
 import torch
 from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
 
 from ..validation import positive_int
 
@@ -24,17 +25,6 @@ def make_optimizer(
 ) -> torch.optim.Adam:
     """Build Adam with the paper's betas and eps; lr=1.0 leaves the rate to the schedule (§5.3)."""
     return torch.optim.Adam(model.parameters(), lr=lr, betas=betas, eps=eps)
-
-# %% ../../notebooks/33_training_engineering.ipynb #s28b
-# Legend: B batch, S source len, T target len, n_vocab vocabulary size; B*T all target positions,
-# flattened into one axis.
-
-import torch
-from torch import nn
-from torch.optim.lr_scheduler import LambdaLR
-
-from ..validation import positive_int
-
 
 # %% ../../notebooks/33_training_engineering.ipynb #s28d
 def noam_scheduler(
