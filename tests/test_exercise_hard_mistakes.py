@@ -1,7 +1,7 @@
 """The exercises on the hard parts (issue 40, item 5) can fail: each solution, changed into at least
 two plausible wrong answers, is graded by the chapter's own check cell, which must fail.
 
-Each chapter runs once, cell by cell as a reader runs it, up to the exercise's starter; then the
+Each chapter runs once, cell by cell as a reader runs it, up to the exercise's starter cell; then the
 solution (without its decorator) or a wrong answer takes the starter's place and the check cell runs.
 The unedited solution must pass first, so an edit that stops matching the solution fails loudly."""
 
@@ -54,6 +54,28 @@ MISTAKES = {
             "length_penalty(len(tokens) - 1, alpha)",
         ),
     ],
+    ("16_translation", "my_length_batches"): [
+        (
+            "the newcomer's length only",
+            "* max(grown) > max_tokens",
+            "* max(lengths[i]) > max_tokens",
+        ),
+        (
+            "the batch's size before adding",
+            "(len(batch) + 1) * max(grown)",
+            "len(batch) * max(grown)",
+        ),
+        (
+            "the last batch forgotten",
+            "return batches + [batch] if batch else batches",
+            "return batches",
+        ),
+        (
+            "tokens counted, not the padded rectangle",
+            "(len(batch) + 1) * max(grown)",
+            "sum(max(lengths[j]) for j in batch + [i])",
+        ),
+    ],
 }
 
 
@@ -75,15 +97,15 @@ def solution_index(cells: list[str], name: str) -> int:
 
 @cache
 def chapter(notebook: str) -> dict[str, dict]:
-    """Per exercise here, the namespace of the chapter run in order up to the exercise's starter."""
+    """Per exercise here, the namespace of the chapter run in order up to its starter cell, included."""
     matplotlib.use("Agg")
     cells, names = code_cells(notebook), [n for nb, n in MISTAKES if nb == notebook]
     starters = {solution_index(cells, n) - 1: n for n in names}
     namespace, before = {"__name__": "__main__"}, {}
     for i, cell in enumerate(cells[: max(starters) + 1]):
-        if i in starters:
-            before[starters[i]] = dict(namespace)
         exec(compile(cell, f"<{notebook} cell {i}>", "exec"), namespace)
+        if i in starters:  # the starter cell may define the exercise's data too
+            before[starters[i]] = dict(namespace)
     return before
 
 
