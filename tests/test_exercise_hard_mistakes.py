@@ -23,6 +23,11 @@ SOLUTION = '#@title Solution { display-mode: "form" }'  # a solution cell's firs
 
 # (notebook, name): [(what the learner got wrong, the text replaced, its replacement), ...]
 MISTAKES = {
+    ("10_decoder", "my_alignment"): [
+        ("no 1/sqrt(d_k)", "Q @ K.T / 2", "Q @ K.T"),
+        ("softmax over the targets", "scores.softmax(-1)", "scores.softmax(0)"),
+        ("the pad not hidden", 'scores[:, SOURCE.index("<pad>")] = -torch.inf', "pass"),
+    ],
     ("14_decoding", "my_follow_beams"): [
         (
             "no sentence offset",
