@@ -81,6 +81,19 @@ MISTAKES = {
             "sum(max(lengths[j]) for j in batch + [i])",
         ),
     ],
+    ("18_ablations", "my_bleu_directions"): [
+        ("dropout helps even here", '"D-dropout-0": +1', '"D-dropout-0": -1'),
+        ("learned positions level, as in the paper", '"E-learned": +1', '"E-learned": 0'),
+        ("label smoothing costs BLEU", '"D-smoothing-0": 0', '"D-smoothing-0": -1'),
+    ],
+    ("18_ablations", "my_perplexity_order"): [
+        (
+            "the paper's base first",
+            '["pre-LN", "C-layers-1", "base"',
+            '["base", "pre-LN", "C-layers-1"',
+        ),
+        ("one head below no scale", '"A-heads-1", "no-scale"]', '"no-scale", "A-heads-1"]'),
+    ],
 }
 
 
