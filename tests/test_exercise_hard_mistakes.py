@@ -23,6 +23,24 @@ SOLUTION = '#@title Solution { display-mode: "form" }'  # a solution cell's firs
 
 # (notebook, name): [(what the learner got wrong, the text replaced, its replacement), ...]
 MISTAKES = {
+    ("03_masks", "my_packed_mask"): [
+        ("the future visible", "same & real & causal_mask(segments.size(1))[0]", "same & real"),
+        ("sentences see each other", "same & real & causal_mask", "real & causal_mask"),
+        ("padding attends to padding", "same & real & causal_mask", "same & causal_mask"),
+    ],
+    ("06_embeddings", "my_tie_all"): [
+        (
+            "a copy",
+            "model.generator.weight = table  #",
+            "model.generator.weight = nn.Parameter(table.detach().clone())  #",
+        ),
+        ("the source table left apart", "model.src_embed.lut.weight = table  #", "pass  #"),
+        (
+            "the output weight transposed",
+            "model.generator.weight = table  #",
+            "model.generator.weight = nn.Parameter(table.T)  #",
+        ),
+    ],
     ("10_decoder", "my_alignment"): [
         ("no 1/sqrt(d_k)", "Q @ K.T / 2", "Q @ K.T"),
         ("softmax over the targets", "scores.softmax(-1)", "scores.softmax(0)"),
