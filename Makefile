@@ -136,7 +136,7 @@ pdf: book-check
 
 # Build the PDF, then check it: its length, its chapters in order, no untypeset LaTeX (tests/test_pdf.py).
 test-pdf: pdf
-	$(BIN)/pytest tests -m pdf
+	$(BIN)/pytest tests/test_pdf.py -m pdf
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_attention.py

@@ -52,10 +52,15 @@ def reader():
     return PdfReader(PDF)
 
 
+QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+
+
 def flat(text: str) -> str:
     """Text with its whitespace collapsed (a heading may wrap onto two lines, after a hyphen too)
-    and its ligatures taken apart (the fonts print "fi" as one glyph)."""
-    text = " ".join(unicodedata.normalize("NFKC", text).split())
+    its ligatures taken apart (the fonts print "fi" as one glyph) and its quotes straight (the book
+    prints typographic ones)."""
+    text = unicodedata.normalize("NFKC", text).translate(QUOTES)
+    text = " ".join(text.split())
     return re.sub(r"(?<=\w-) (?=\w)", "", text)
 
 
@@ -64,6 +69,12 @@ def _texts(pages: range) -> list[str]:
 
     r = PdfReader(PDF)
     return [flat(r.pages[i].extract_text()) for i in pages]
+
+
+@functools.cache
+def page_text(i: int) -> str:
+    """One page's text, flattened (0-based)."""
+    return flat(reader().pages[i].extract_text())
 
 
 @functools.cache
@@ -147,25 +158,24 @@ def test_outline_lists_every_page_in_book_order():
 
 
 def test_each_bookmark_opens_the_page_of_its_heading():
-    texts = page_texts()
     for entry, (title, page, _) in zip(ENTRIES, outline_entries(), strict=True):
         heading = first_heading(entry.docname)
-        assert heading in texts[page], (
+        assert heading in page_text(page), (
             f"{title!r}: its heading {heading!r} is not on page {page + 1}"
         )
 
 
 def test_contents_page_numbers_lead_to_each_heading():
-    texts = page_texts()
+    pages = len(reader().pages)
     first_page = outline_entries()[0][1]
-    contents = " ".join(texts[:first_page])
+    contents = " ".join(page_text(i) for i in range(first_page))
     for entry in ENTRIES:
         title = entry.title or first_heading(entry.docname)
         match = re.search(re.escape(title) + r"\s*(\d+)", contents)
         assert match, f"the contents do not list {title!r} with a page number"
         number = int(match.group(1))
         heading = first_heading(entry.docname)
-        assert 1 <= number <= len(texts) and heading in texts[number - 1], (
+        assert 1 <= number <= pages and heading in page_text(number - 1), (
             f"the contents send {title!r} to page {number}, where {heading!r} is not printed"
         )
 
