@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 HTML   := book/_build/html/index.html
 
 .PHONY: book test install export run-notebook check-export lint lint-workflows test-suite test-unit test-notebooks \
-	test-dist book-check test-browser test-alone test-portable test-latest bench repo-url clean
+	test-dist book-check test-browser test-pdf pdf test-alone test-portable test-latest bench repo-url clean
 
 # Multi30k: the copy beside the clone (../shared/data/multi30k, as CI has it) when there is one;
 # otherwise the loader downloads the files once into ~/.cache/annotated (appendix 29).
@@ -29,7 +29,7 @@ NBVAL    := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
 # workers fill two cores without contending; the stored outputs hold on one thread (test-portable).
 WORKERS  := env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 XDIST    := -n auto --maxprocesses 4 --dist loadfile
-SUITE    := tests notebooks -m "not browser and not dist and not alone"
+SUITE    := tests notebooks -m "not browser and not dist and not alone and not pdf"
 
 book: $(STAMP) export
 	$(BIN)/python book/build_assets.py
@@ -83,7 +83,7 @@ test-suite: $(STAMP)
 	$(WORKERS) $(BIN)/pytest $(XDIST) $(NBVAL) $(SUITE)
 
 test-unit: $(STAMP)
-	$(BIN)/pytest tests -m "not browser and not dist and not alone"
+	$(BIN)/pytest tests -m "not browser and not dist and not alone and not pdf"
 
 test-notebooks: $(STAMP)
 	$(BIN)/pytest $(NBVAL) notebooks
@@ -115,7 +115,7 @@ test-latest:
 	$(LATEST)/bin/python -m pip install --quiet --upgrade -e ".[dev]"
 	$(LATEST)/bin/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3"
 	$(LATEST)/bin/python -m pip list --format=freeze | grep -iE "^(torch|numpy|matplotlib|altair|pandas|tokenizers|sacrebleu|nbval|pytest)=="
-	$(LATEST)/bin/pytest tests -m "not browser and not dist and not alone"
+	$(LATEST)/bin/pytest tests -m "not browser and not dist and not alone and not pdf"
 	$(LATEST)/bin/pytest --nbval-lax --nbval-current-env notebooks
 
 # nbval has just re-executed every notebook and matched its stored outputs, so the check build
@@ -126,6 +126,17 @@ book-check: $(STAMP)
 
 test-browser: $(STAMP)
 	$(BIN)/pytest tests -m browser
+
+# The book as one PDF, book/_build/pdf/annotated.pdf: each page of the HTML build printed by Chromium
+# in reading order, with a contents page, bookmarks and page numbers (tools/book_pdf.py). The release
+# workflow attaches it to each release.
+PDF := book/_build/pdf/annotated.pdf
+pdf: book-check
+	$(BIN)/python tools/book_pdf.py --out $(PDF)
+
+# Build the PDF, then check it: its length, its chapters in order, no untypeset LaTeX (tests/test_pdf.py).
+test-pdf: pdf
+	$(BIN)/pytest tests/test_pdf.py -m pdf
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_attention.py
