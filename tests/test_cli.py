@@ -376,7 +376,7 @@ def test_task_choices_come_from_the_registry(monkeypatch):
 
 def test_multi30k_batches_are_equal_per_rank_and_resume_mid_epoch():
     from annotated.app import Multi30kTask
-    from annotated.training import Runtime
+    from annotated.runs import Runtime
 
     gen = torch.Generator().manual_seed(0)
     examples = [

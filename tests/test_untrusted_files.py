@@ -20,8 +20,9 @@ from annotated.app import main
 from annotated.data import Pair, save_tokenizer, train_tokenizer
 from annotated.files import atomic_write, sha256_of
 from annotated.model import make_model
-from annotated.training import load_checkpoint, save_checkpoint, write_manifest
-from annotated.training.folder_lock import LOCK, run_lock
+from annotated.runs import write_manifest
+from annotated.runs.folder_lock import LOCK, run_lock
+from annotated.training import load_checkpoint, save_checkpoint
 
 checkpoint_module = importlib.import_module("annotated.training.checkpoint")
 files_module = importlib.import_module("annotated.files")

@@ -27,10 +27,8 @@ from annotated.data.tokenizer import (
 from ..decoding.evaluation import bleu_report, evaluate_loss
 from ..model.transformer import Transformer, TransformerConfig
 from ..data.multi30k import DIRECTIONS, MULTI30K_SIZES, load_multi30k
-from ..training.processes import Runtime
-from annotated.training.runs import (
-    RunFolder,
-)
+from ..runs.processes import Runtime
+from ..runs.folder import RunFolder
 from ..training.averaging import Snapshots
 from ..training.batch import Batch
 from .config import RunConfig
