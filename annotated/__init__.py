@@ -142,7 +142,7 @@ MOVED = {
     "check_model": "annotated.check.layer_checks and annotated.check.model_checks",
     "check_training": "annotated.check.training_checks",
     "check_decoding": "annotated.check.decoding_checks",
-    "tasks": "annotated.app.tasks, annotated.app.config and annotated.app.run",
+    "tasks": "annotated.app.tasks (each task: annotated.app.copy_task, annotated.app.multi30k_task), annotated.app.config and annotated.app.run",
     "inference": "annotated.app.inference",
     "onnx_export": "annotated.app.onnx_export and annotated.app.onnx_graphs",
     "cli": "annotated.app.cli and annotated.app.parser",

@@ -15,7 +15,7 @@ import pytest
 import torch
 from cli_helpers import SENTENCES, TINY, fails
 
-import annotated.app.tasks as tasks
+import annotated.app.multi30k_task as multi30k_task
 from annotated.app import main
 from annotated.data import Pair, save_tokenizer, train_tokenizer
 from annotated.files import atomic_write, sha256_of
@@ -195,7 +195,7 @@ def small_multi30k(monkeypatch):
     """Multi30k replaced by 20 sentence pairs: 'train --task multi30k' in about a second."""
     pairs = [Pair(*p) for p in SENTENCES]
     monkeypatch.setattr(
-        tasks, "load_multi30k", lambda split, data_dir=None, direction="de-en": pairs
+        multi30k_task, "load_multi30k", lambda split, data_dir=None, direction="de-en": pairs
     )
 
 

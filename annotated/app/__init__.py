@@ -5,8 +5,11 @@ re-exports their public API. The helpers behind it (the parser's options, the su
 checks, the ONNX graphs) stay in their modules, where notebooks 22, 31, 32 and 36 explain them.
 """
 
-from annotated.app.config import MODEL_FIELDS, RunConfig, PRESETS, RunOptions, run_config
-from annotated.app.tasks import TASKS, Task, CopyTask, Multi30kTask, with_task_defaults
+from annotated.app.config import RunOptions, MODEL_FIELDS, positive, ModelOptions, RunConfig, pick, PRESETS
+from annotated.app.task import TaskDefaults, Task
+from annotated.app.copy_task import CopyOptions, CopyTask
+from annotated.app.multi30k_task import Multi30kOptions, Multi30kTraining, Multi30kTask
+from annotated.app.tasks import TASKS, run_config, with_task_defaults
 from annotated.app.run import train
 from annotated.app.inference import Loaded, load_for_inference
 from annotated.app.onnx_graphs import MAX_SOURCE_TOKENS, EXTRA_TARGET_TOKENS, OPSET, export_copy
@@ -14,15 +17,22 @@ from annotated.app.onnx_export import OnnxTranslator, export_translator, check_e
 from annotated.app.cli import build_parser, main
 
 __all__ = [
-    "MODEL_FIELDS",
-    "RunConfig",
-    "PRESETS",
     "RunOptions",
-    "run_config",
-    "TASKS",
+    "MODEL_FIELDS",
+    "positive",
+    "ModelOptions",
+    "RunConfig",
+    "pick",
+    "PRESETS",
+    "TaskDefaults",
     "Task",
+    "CopyOptions",
     "CopyTask",
+    "Multi30kOptions",
+    "Multi30kTraining",
     "Multi30kTask",
+    "TASKS",
+    "run_config",
     "with_task_defaults",
     "train",
     "Loaded",

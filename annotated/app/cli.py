@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from .config import PRESETS, RunConfig, run_config
+from .config import PRESETS, RunConfig, positive
 from .inference import check_beam, load_for_inference, source_lines
 from .onnx_export import add_command as add_export_onnx
 from .onnx_graphs import EXTRA_TARGET_TOKENS
@@ -25,10 +25,9 @@ from annotated.app.parser import (
     add_direction_check,
     add_task_options,
     add_train_options,
-    positive,
 )
 from .run import train
-from .tasks import TASKS, with_task_defaults
+from .tasks import TASKS, run_config, with_task_defaults
 from ..check.command import add_check_command
 from ..data.multi30k import MULTI30K_SIZES, check_direction, load_multi30k
 from ..data.tokenizer import decode
@@ -142,13 +141,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ValueError("train needs a budget: --steps N, --minutes M, or both")
     else:
         cfg, resumed, run = with_task_defaults(run_config(vars(args))), None, uuid.uuid4().hex[:12]
-    if cfg.decay_to is not None and cfg.decay_to <= cfg.warmup:
+    if cfg.run.decay_to is not None and cfg.run.decay_to <= cfg.run.warmup:
         raise ValueError(
             f"--decay-to must be above --warmup (the rate falls after its peak), "
-            f"got {cfg.decay_to} and {cfg.warmup}"
+            f"got {cfg.run.decay_to} and {cfg.run.warmup}"
         )
-    device = device_of(cfg.device)
-    TASKS[cfg.task](cfg, None).check(device)  # the whole run, its model too, before --out is touched
+    device = device_of(cfg.run.device)
+    TASKS[cfg.run.task](cfg, None).check(device)  # the whole run, its model too, before --out is touched
     with Signals() as signals:  # until the last line: a late second Ctrl-C cuts nothing short
         try:
             _train_in_folder(cfg, run, args.argv, signals, resumed)
@@ -167,26 +166,26 @@ def cmd_train(args: argparse.Namespace) -> int:
 # %% ../../notebooks/22_command_line.ipynb #c008e
 def _interrupted_early(cfg: RunConfig, run: str, signals: Signals, resumed) -> Stop:
     """The line of a run stopped before it trained: what its folder keeps (a resumed run's checkpoint)."""
-    folder = RunFolder(cfg.out, run, {}, cfg.task, main=True)
+    folder = RunFolder(cfg.run.out, run, {}, cfg.run.task, main=True)
     folder.saved_step = resumed.step if resumed else None
     return folder.interrupted(signals, None)
 
 
 def _train_in_folder(cfg: RunConfig, run: str, argv: list[str], signals, resumed) -> None:
-    """Train in cfg.out, held by this run alone; a run that writes nothing there leaves no folder."""
-    made, out, rt = [], Path(cfg.out), None  # (folder created, folder) by the checks
+    """Train in cfg.run.out, held by this run alone; a run that writes nothing there leaves no folder."""
+    made, out, rt = [], Path(cfg.run.out), None  # (folder created, folder) by the checks
     main_process = int(os.environ.get("RANK", "0")) == 0  # the one that writes the run folder
     try:
         made.append((writable_folder(out, "--out"), out))
         for option in ("results", "export_half"):
-            if path := getattr(cfg, option):
+            if path := cfg.options().get(option):
                 made.append((writable_file(path, f"--{option.replace('_', '-')}"), Path(path).parent))
         with run_lock(out) if main_process else contextlib.nullcontext():
             if main_process and remove_stale_temporaries(out):
                 print(f"removed the temporary files that a killed save left in {out}")
             if main_process and resumed is None:
                 (out / MANIFEST).unlink(missing_ok=True)  # the folder is this run's now, unfinished
-            rt = start_runtime(cfg.device)
+            rt = start_runtime(cfg.run.device)
             train(cfg, rt, run, argv, signals, resumed)
     except BaseException:
         for created, folder in reversed(made):  # a run that wrote nothing leaves no empty folder

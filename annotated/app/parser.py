@@ -9,11 +9,10 @@ __all__ = []
 # %% ../../notebooks/22_command_line.ipynb #c004
 import argparse
 import dataclasses
-from collections.abc import Callable
 
 from annotated.decoding.copy_task import COPY_MODEL
 from annotated.data.multi30k import DIRECTIONS
-from annotated.app.config import MODEL_FIELDS, PRESETS, RunOptions
+from annotated.app.config import MODEL_FIELDS, PRESETS, RunOptions, positive
 from annotated.app.tasks import TASKS
 
 
@@ -42,31 +41,23 @@ class OneLineErrors(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
 
 
-def positive(kind: type) -> Callable[[str], int | float]:
-    """An argparse type: a number of this kind that must be > 0."""
-
-    def parse(text: str):
-        value = kind(text)
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-
-    parse.__name__ = kind.__name__  # argparse names the type in "invalid int value"
-    return parse
-
-
 def per_task(name: str) -> str:
-    return ", ".join(f"{t.defaults[name]} for {name_}" for name_, t in TASKS.items() if name in t.defaults)
+    """The tasks' defaults of one option, as the help text names them ("4000 for multi30k, 100 for copy")."""
+    return ", ".join(
+        f"{getattr(t.defaults, name)} for {key}" for key, t in TASKS.items() if hasattr(t.defaults, name)
+    )
+
 
 # %% ../../notebooks/22_command_line.ipynb #c005
 def add_model_options(train: argparse.ArgumentParser) -> None:
     """One option per TransformerConfig field (notebook 11), read from the dataclass itself."""
     model = train.add_argument_group("model (default: the paper's; the copy task: its small model)")
     for f in MODEL_FIELDS:
-        flag, small = f"--{f.name.replace('_', '-')}", COPY_MODEL.get(f.name)
+        flag, small = f"--{f.name.replace('_', '-')}", getattr(COPY_MODEL, f.name)
+        small = None if small == f.default else small  # the copy task's model differs here
         default = "d_model / n_heads" if f.name == "d_k" else f.default  # the one None default
         note = f"default: the paper's {default}" + (f"; copy task: {small}" if small is not None else "")
-        if any(f.name in task.defaults for task in TASKS.values()):
+        if any(hasattr(task.defaults, f.name) for task in TASKS.values()):
             note = f"default {per_task(f.name)}"
         if f.name in MODEL_HELP:
             note = f"{MODEL_HELP[f.name]}; {note}"
@@ -129,28 +120,10 @@ def add_train_options(train: argparse.ArgumentParser) -> None:
 
 # %% ../../notebooks/22_command_line.ipynb #c005e
 def add_task_options(parser: argparse.ArgumentParser) -> None:
+    """Every task's own options, each task's in a group of its own (appendix 31)."""
     run_defaults(parser)
-    add, pos_int = parser.add_argument_group("multi30k task").add_argument, positive(int)
-    add("--direction", choices=list(DIRECTIONS),
-        help="multi30k: source-target languages, German->English or English->German (default %(default)s)")
-    add("--max-tokens", type=pos_int, help="multi30k: padded tokens per batch and process (default %(default)s)")
-    add("--vocab-size", type=pos_int, help="multi30k: shared BPE vocabulary size (default %(default)s)")
-    add("--beam", type=pos_int, help="multi30k: beam size for the final test BLEU (default %(default)s)")
-    add("--alpha", type=float, help="multi30k: length penalty alpha for beam search (default %(default)s)")
-    add("--test-split", help="multi30k: split for the final BLEU (default %(default)s)")
-    add("--no-test", action="store_true", help="multi30k: skip the final test-set BLEU")
-    add("--export-half", help="multi30k: also save the model alone in half precision to this path")
-    add("--data-dir",
-        help="multi30k: directory with the data files (default: $ANNOTATED_MULTI30K_DIR or download)")
-    copy = parser.add_argument_group("copy task")
-    for flag, what in (
-        ("--seq-len", "the longest sequence, in symbols"),
-        ("--min-len", "the shortest sequence, in symbols"),
-        ("--copy-vocab", "vocabulary size, the ids PAD, BOS, EOS included"),
-        ("--batch-size", "sequences per update, over all processes together"),
-        ("--eval-size", "held-out sequences for the exact match"),
-    ):
-        copy.add_argument(flag, type=pos_int, help=f"copy: {what} (default %(default)s)")
+    for options in dict.fromkeys(task.Options for task in TASKS.values() if task.Options):  # once each
+        options.add_to(parser)
 
 
 def add_direction_check(parser: argparse.ArgumentParser) -> None:

@@ -6,7 +6,6 @@
 __all__ = ['train']
 
 # %% ../../notebooks/31_tasks.ipynb #c015
-import dataclasses
 import math
 import signal
 import time
@@ -25,21 +24,22 @@ from ..training.loop import Trainer
 from ..training.loss import LabelSmoothingLoss
 from ..training.schedule import make_optimizer, noam_scheduler
 from .config import RunConfig
-from .tasks import TASKS, Task
+from .task import Task
+from .tasks import TASKS
 
 
 def train(cfg: RunConfig, rt: Runtime, run: str, argv: list[str], signals=None,
           resumed: Checkpoint | None = None) -> dict:
-    """Train cfg.task within the budget; return the results (rank 0 also writes the run's files)."""
-    task = TASKS[cfg.task](cfg, rt)
+    """Train cfg.run.task within the budget; return the results (rank 0 also writes the run's files)."""
+    task = TASKS[cfg.run.task](cfg, rt)
     threads = torch.get_num_threads()
     if task.threads is not None:
         torch.set_num_threads(task.threads)
-    folder = RunFolder(cfg.out, run, dataclasses.asdict(cfg), cfg.task, rt.main)
+    folder = RunFolder(cfg.run.out, run, cfg.options(), cfg.run.task, rt.main)
     folder.saved_step = resumed.step if resumed else None
     signals = signals if signals is not None else Signals()  # not installed: no signal comes
     try:
-        return _train(task, cfg, rt, run, argv, signals, resumed, folder)
+        return _train(task, cfg.run, rt, run, argv, signals, resumed, folder)
     except KeyboardInterrupt:  # a signal that stops at once: the message says what is kept
         if signals.received is None:  # not one of the signals that Signals caught
             raise
@@ -48,52 +48,57 @@ def train(cfg: RunConfig, rt: Runtime, run: str, argv: list[str], signals=None,
         torch.set_num_threads(threads)
 
 
-def _train(task: Task, cfg, rt, run, argv, signals, resumed, folder) -> dict:
-    torch.manual_seed(cfg.seed)
-    task.prepare(folder, resumed)
+# %% ../../notebooks/31_tasks.ipynb #c015b
+def _setup(task: Task, opt, rt: Runtime, resumed: Checkpoint | None) -> tuple:
+    """The model, Adam and the schedule of §5.3, the loss of §5.4, and the Trainer that runs them."""
     model = task.model().to(rt.device)
-    loss_fn = LabelSmoothingLoss(model.cfg.tgt_vocab, task.pad_id, smoothing=cfg.label_smoothing)
+    loss_fn = LabelSmoothingLoss(model.cfg.tgt_vocab, task.pad_id, smoothing=opt.label_smoothing)
     optimizer = make_optimizer(model)
-    scheduler = noam_scheduler(optimizer, model.cfg.d_model, cfg.warmup, cfg.lr_factor, cfg.no_warmup,
-                               cfg.decay_to)
-    resume_into(resumed, model, optimizer, scheduler, cfg.out)
+    scheduler = noam_scheduler(optimizer, model.cfg.d_model, opt.warmup, opt.lr_factor, opt.no_warmup,
+                               opt.decay_to)
+    resume_into(resumed, model, optimizer, scheduler, opt.out)
     net = DistributedDataParallel(model) if rt.world_size > 1 else model
-    log = print if rt.main else (lambda *a, **k: None)
-    log(f"{sum(p.numel() for p in model.parameters()):,} parameters, {task.describe()}, {hardware(rt)}")
-    progress = {"curve": [], "evals": [], "wall": 0.0}
-    if resumed is not None:
-        progress = resumed.extra["progress"]
-        log(f"resuming at update {resumed.step}")
     trainer = Trainer(net, loss_fn, optimizer, scheduler, step=resumed.step if resumed else 0,
                       world_size=rt.world_size)
-    curve, evals = [tuple(c) for c in progress["curve"]], [tuple(e) for e in progress["evals"]]
-    snapshots = Snapshots(cfg.average, folder.load_snapshots(resumed))
-    started = time.time() - progress["wall"]
-    deadline = started + 60 * cfg.minutes if cfg.minutes else None
+    return model, optimizer, scheduler, trainer
 
-    def state() -> dict:
-        return {**task.progress(), "curve": curve, "evals": evals, "wall": time.time() - started}
+
+# %% ../../notebooks/31_tasks.ipynb #c015d
+def _train(task: Task, opt, rt, run, argv, signals, resumed, folder) -> dict:
+    torch.manual_seed(opt.seed)
+    task.prepare(folder, resumed)
+    model, optimizer, scheduler, trainer = _setup(task, opt, rt, resumed)
+    log = print if rt.main else (lambda *a, **k: None)
+    log(f"{sum(p.numel() for p in model.parameters()):,} parameters, {task.describe()}, {hardware(rt)}")
+    progress = {"curve": [], "evals": [], "wall": 0.0} if resumed is None else resumed.extra["progress"]
+    if resumed is not None:
+        log(f"resuming at update {resumed.step}")
+    curve, evals = [tuple(c) for c in progress["curve"]], [tuple(e) for e in progress["evals"]]
+    snapshots = Snapshots(opt.average, folder.load_snapshots(resumed))
+    started = time.time() - progress["wall"]
+    deadline = started + 60 * opt.minutes if opt.minutes else None
 
     def save(step: int) -> None:
-        folder.save(model, optimizer, scheduler, step, state(), snapshots.items)
+        state = {**task.progress(), "curve": curve, "evals": evals, "wall": time.time() - started}
+        folder.save(model, optimizer, scheduler, step, state, snapshots.items)
 
     def after(step: int, loss: float) -> None:
         if not math.isfinite(loss):
             folder.diverged(step, loss)
         curve.append((step, round(loss, 4)))
-        if rt.main and step % cfg.log_every == 0:
+        if rt.main and step % opt.log_every == 0:
             log(task.log_line(step, loss, time.time() - started, trainer.lr))
-        if rt.main and step % cfg.eval_every == 0:
+        if rt.main and step % opt.eval_every == 0:
             snapshots.add(step, model)
             evals.append(task.evaluate(model, snapshots, step, time.time() - started))
-        if step % cfg.save_every == 0:
+        if step % opt.save_every == 0:
             save(step)
 
-    stop = lambda: should_stop(rt, trainer.step, cfg.steps, deadline, signals)  # noqa: E731
+    stop = lambda: should_stop(rt, trainer.step, opt.steps, deadline, signals)  # noqa: E731
     with signals.hold("the update under way is done and saved"):  # a double Ctrl-C too
         trainer.fit(task.batches(trainer.step, progress), progress=False, callback=after, stop=stop)
         step = trainer.step
-        folder.finish(signals, step, cfg.minutes, lambda: save(step))
+        folder.finish(signals, step, opt.minutes, lambda: save(step))
         wall, diff = time.time() - started, replica_max_diff(rt, model)
         if not rt.main:
             return {}
@@ -102,14 +107,21 @@ def _train(task: Task, cfg, rt, run, argv, signals, resumed, folder) -> dict:
         save(step)
     if signals.received is not None:  # it came while the last update was saved
         raise folder.interrupted(signals, step)
-    trained = {"steps": step, "wall": wall, "replica_diff": diff, "evals": evals}
+    trained = {"steps": step, "wall": wall, "replica_diff": diff, "evals": evals, "curve": curve}
+    return _results(task, opt, rt, run, argv, signals, folder, model, snapshots, trained)
+
+
+# %% ../../notebooks/31_tasks.ipynb #c015f
+def _results(task: Task, opt, rt, run, argv, signals, folder, model, snapshots, trained) -> dict:
+    """Rank 0, after the last save: the task's report, the results file, then the manifest."""
     report = task.report(model, snapshots, trained, folder)  # no hold: a signal stops it at once
+    curve = trained["curve"]
     results = {**run_record(task.title, run, argv, rt, model), **report,
                "train_curve": curve[:: max(1, len(curve) // 200)]}
     with signals.hold("the results are written"):
-        write_results(Path(cfg.results) if cfg.results else folder.out / "results.json", results)
+        write_results(Path(opt.results) if opt.results else folder.out / "results.json", results)
         folder.drop_snapshots()
-        write_manifest(folder.out, run, step)
+        write_manifest(folder.out, run, trained["steps"])
     if signals.received is not None:  # too late to stop anything: all is written
         name = signal.Signals(signals.received).name
         raise Stop(f"interrupted by {name} as the run ended: its results are written",
