@@ -1,15 +1,18 @@
 """annotated: the annotated, tested walkthrough of "Attention Is All You Need" (Vaswani et al., 2017).
 
 The package is split by role, lower roles first: `validation` and `files` (helpers every role may use),
-`model`, `data`, `training`, `decoding` (and evaluation), `check` (the graders) and `app` (run
-configurations, tasks, inference, export and the command line). A role imports only from roles below it.
+`model`, `data`, `training` (the paper's), `runs` (processes, signals and run folders of a long run),
+`decoding` (and evaluation), `check` (the graders) and `app` (run configurations, tasks, inference,
+export and the command line). A role imports only from roles below it.
 The modules are generated from the notebooks in `notebooks/` (edit those, then run `make export`);
 this file and each role's `__init__.py`, written by hand, re-export the public API.
 """
 
 import importlib
 import importlib.abc
+import importlib.util
 import sys
+import warnings
 
 __all__ = [
     # attention (notebooks 02-04; the layer the model runs: appendix 35)
@@ -98,7 +101,9 @@ _HOME = {
     "annotated.viz": "attention_chart",
     "annotated.book_files": "book_path",
 }
-_SUBMODULES = ("validation", "files", "book_files", "viz", "model", "data", "training", "decoding", "check", "app")
+_SUBMODULES = (
+    "validation", "files", "book_files", "viz", "model", "data", "training", "runs", "decoding", "check", "app"
+)
 _MODULE_OF = {name: module for module, names in _HOME.items() for name in names.split()}
 
 
@@ -137,18 +142,42 @@ MOVED = {
     "check_model": "annotated.check.layer_checks and annotated.check.model_checks",
     "check_training": "annotated.check.training_checks",
     "check_decoding": "annotated.check.decoding_checks",
-    "runs": "annotated.training.runs and annotated.training.processes",
-    "tasks": "annotated.app.tasks, annotated.app.config and annotated.app.run",
+    "tasks": "annotated.app.tasks (each task: annotated.app.copy_task, annotated.app.multi30k_task), annotated.app.config and annotated.app.run",
     "inference": "annotated.app.inference",
     "onnx_export": "annotated.app.onnx_export and annotated.app.onnx_graphs",
     "cli": "annotated.app.cli and annotated.app.parser",
 }
 
 
+# Modules that moved whole, to another role: the old path still imports, with a warning naming the new one.
+RENAMED = {
+    "annotated.training.runs": "annotated.runs",  # split into runs.records and runs.folder
+    "annotated.training.processes": "annotated.runs.processes",
+    "annotated.training.interrupts": "annotated.runs.interrupts",
+    "annotated.training.folder_lock": "annotated.runs.folder_lock",
+    "annotated.training.snapshot_files": "annotated.runs.snapshot_files",
+}
+
+
+class _Alias(importlib.abc.Loader):
+    """Fill the old module with the new one's names, and say where they live now."""
+
+    def __init__(self, new: str):
+        self.new = new
+
+    def exec_module(self, module) -> None:
+        warnings.warn(f"{module.__name__} moved to {self.new}: import from there", FutureWarning, stacklevel=2)
+        new = importlib.import_module(self.new)
+        module.__dict__.update({k: v for k, v in vars(new).items() if not k.startswith("__")})
+        module.__doc__ = f"Moved to {self.new}; this name of it stays for old imports."
+
+
 class _MovedFinder(importlib.abc.MetaPathFinder):
     """Answer `import annotated.multi_head` and the like with where that module lives now."""
 
     def find_spec(self, fullname, path=None, target=None):
+        if fullname in RENAMED:
+            return importlib.util.spec_from_loader(fullname, _Alias(RENAMED[fullname]))
         package, _, name = fullname.partition(".")
         if package == "annotated" and name in MOVED:
             raise ModuleNotFoundError(

@@ -4,8 +4,9 @@ nbdev writes the module of a notebook's `#| default_exp` afresh, but *appends* a
 module (`#| export model.cache`) to that module's file as it stands, so a module filled only by such cells
 would grow with every export. `pyproject.toml` names this processor in `[tool.nbdev] export_procs`, so a
 plain `nbdev-export` runs it: before nbdev appends the first such cells of an export run, it writes the
-module's file anew, as nbdev writes a new module, opened by the first line of the docstring of the first
-class or function exported to it. Later cells of the run (from the same or a later notebook) are appended,
+module's file anew, as nbdev writes a new module, opened by the docstring that a `#| module_doc TEXT`
+directive in one of its cells gives (what the module holds), else by the first line of the docstring of
+the first class or function exported to it. Later cells of the run (from the same or a later notebook) are appended,
 also to a module that an earlier notebook of the run names as its `#| default_exp`.
 """
 
@@ -20,8 +21,11 @@ _started: set[str] = set()  # modules this export run has started
 _seen: set[str] = set()  # notebooks this export run has read: one read twice means a new run
 
 
-def _docstring(sources: list[str]) -> str:
-    for source in sources:
+def _docstring(cells: list) -> str:
+    said = [c.directives_["module_doc"] for c in cells if c.directives_.get("module_doc")]
+    if said:
+        return said[0]
+    for source in (c.source for c in cells):
         for node in ast.parse(source).body:
             if isinstance(node, ast.ClassDef | ast.FunctionDef) and ast.get_docstring(node):
                 return ast.get_docstring(node).splitlines()[0]
@@ -40,17 +44,17 @@ class FreshModules(Processor):
                         if "default_exp" in c.directives_), None)  # fmt: skip
         if default is not None:  # nbdev writes it afresh itself; a later notebook's cells append to it
             _started.add(default)
-        targets: dict[str, list[str]] = {}
+        targets: dict[str, list] = {}
         for cell in self.nb.cells:
             found = cell.directives_ if cell.cell_type == "code" else {}
             target = (found.get("export") or found.get("exporti") or "").strip()
             if target and target != default:
-                targets.setdefault(target, []).append(cell.source)
+                targets.setdefault(target, []).append(cell)
         lib = get_config().lib_path
-        for target, sources in targets.items():
+        for target, cells in targets.items():
             if target in _started:
                 continue
             _started.add(target)
             ModuleMaker(dest=lib, name=target, nb_path=self.nb.path_, is_new=True).make([], [])
             module = lib / (target.replace(".", "/") + ".py")
-            module.write_text(f'"""{_docstring(sources)}"""\n\n{module.read_text()}')
+            module.write_text(f'"""{_docstring(cells)}"""\n\n{module.read_text()}')

@@ -265,25 +265,50 @@ def train_config(*args):
 def test_old_option_names_still_work_and_reach_the_config():
     argv = [a for flag, value in OLD_TRAIN_OPTIONS.items() for a in (flag, value) if a is not None]
     cfg = train_config(*argv)
-    assert (cfg.task, cfg.steps, cfg.minutes, cfg.results) == ("copy", 3, 1.5, "x.json")
-    assert cfg.model_overrides() == {
+    assert (cfg.run.task, cfg.run.steps, cfg.run.minutes, cfg.run.results) == (
+        "copy",
+        3,
+        1.5,
+        "x.json",
+    )
+    assert cfg.model.overrides() == {
         "n_layers": 1, "d_model": 16, "d_ff": 32, "n_heads": 2, "dropout": 0.2,
         "norm_first": True, "learned_positions": True, "scale_attention": False,
         "embedding_init": "normal",
     }  # fmt: skip
-    assert (cfg.warmup, cfg.lr_factor, cfg.eval_every, cfg.save_every) == (7, 2.0, 5, 4)
-    assert (cfg.max_tokens, cfg.test_split, cfg.no_test, cfg.copy_vocab) == (512, "val", True, 9)
+    assert (cfg.run.warmup, cfg.run.lr_factor, cfg.run.eval_every, cfg.run.save_every) == (
+        7,
+        2.0,
+        5,
+        4,
+    )
+    assert vars(cfg.task) == {
+        "seq_len": 8, "min_len": 2, "copy_vocab": 9, "batch_size": 16, "eval_size": 20,
+    }  # fmt: skip
     assert with_task_defaults(cfg) == cfg  # nothing left for the task to fill in
+    other = train_config(
+        *argv, "--task", "multi30k"
+    ).task  # the same options, read by the other task
+    assert (other.max_tokens, other.vocab_size, other.beam, other.alpha) == (512, 300, 2, 0.5)
+    assert (other.test_split, other.no_test, other.export_half, other.data_dir) == (
+        "val",
+        True,
+        "h.pt",
+        "d",
+    )
 
 
 def test_every_run_option_is_an_option_whose_default_is_the_dataclass_one(monkeypatch):
-    from annotated.app import RunOptions
+    from annotated.app import TASKS, RunOptions
 
     train = parsers()["train"]
     options = {a.dest: a for a in train._actions}
     for f in fields(RunOptions):
         assert f.name in options, f"RunOptions.{f.name} has no option"
         assert options[f.name].default == f.default, f.name
+    for task in TASKS.values():  # each task's own options too, defaults from its own dataclass
+        for f in fields(task.Options):
+            assert options[f.name].default == f.default, f"{task.name}: {f.name}"
     # the dataclass is the one source: a changed default there changes the parser and its help
     monkeypatch.setattr(
         RunOptions,
@@ -307,29 +332,36 @@ def replace_default(field, default):
 
 
 def test_every_model_field_is_an_option_and_the_defaults_are_the_papers():
-    from annotated.app import MODEL_FIELDS
+    from annotated.app import MODEL_FIELDS, ModelOptions
     from annotated.model import TransformerConfig
 
     decided = {"src_vocab", "tgt_vocab", "shared_vocab"}  # by the task's data
     assert {f.name for f in MODEL_FIELDS} == {f.name for f in fields(TransformerConfig)} - decided
+    # ModelOptions writes the same fields out, each optional: it cannot drift from the model's own
+    assert [f.name for f in fields(ModelOptions)] == [f.name for f in MODEL_FIELDS]
+    assert all(f.default is None for f in fields(ModelOptions))
     text = parsers()["train"].format_help()
     for f in MODEL_FIELDS:
         name = f.name.replace("_", "-")
         assert f"--{name}" in text or f"--no-{name}" in text, f.name
     cfg = train_config("--steps", "1")
-    assert cfg.model_overrides() == {}  # no option given: the paper's model
+    assert cfg.model.overrides() == {}  # no option given: the paper's model
     filled = with_task_defaults(cfg)
-    assert (filled.warmup, filled.embedding_init, filled.save_every) == (4000, "normal", 200)
-    assert train_config("--no-scale-attention").scale_attention is False  # the new name too
-    assert train_config("--no-tie-output").model_overrides() == {"tie_output": False}
+    assert (filled.run.warmup, filled.model.embedding_init, filled.run.save_every) == (
+        4000,
+        "normal",
+        200,
+    )
+    assert train_config("--no-scale-attention").model.scale_attention is False  # the new name too
+    assert train_config("--no-tie-output").model.overrides() == {"tie_output": False}
     narrow = train_config("--d-k", "4", "--learned-positions", "--position-init", "sinusoid")
-    assert narrow.model_overrides() == {
+    assert narrow.model.overrides() == {
         "d_k": 4,
         "learned_positions": True,
         "position_init": "sinusoid",
     }
-    assert train_config("--no-warmup").no_warmup and not cfg.no_warmup
-    assert train_config("--decay-to", "900").decay_to == 900 and cfg.decay_to is None
+    assert train_config("--no-warmup").run.no_warmup and not cfg.run.no_warmup
+    assert train_config("--decay-to", "900").run.decay_to == 900 and cfg.run.decay_to is None
 
 
 def test_the_cpu_preset_is_the_recorded_recipe_and_given_options_win(monkeypatch):
@@ -340,9 +372,10 @@ def test_the_cpu_preset_is_the_recorded_recipe_and_given_options_win(monkeypatch
     monkeypatch.setattr(cli, "cmd_train", lambda args: seen.update(vars(args)) or 0)
     assert main(["train", "--preset", "multi30k-cpu-60min", "--max-tokens", "2048"]) == 0
     cfg = run_config_of(seen)
-    assert cfg.max_tokens == 2048  # given beside the preset: wins
-    assert cfg.minutes == 60 and cfg.warmup == 500 and cfg.lr_factor == 1.0 and cfg.norm_first
-    model = TransformerConfig(8000, 8000, shared_vocab=True, **cfg.model_overrides())
+    assert cfg.task.max_tokens == 2048  # given beside the preset: wins
+    assert cfg.run.minutes == 60 and cfg.run.warmup == 500 and cfg.run.lr_factor == 1.0
+    assert cfg.model.norm_first
+    model = TransformerConfig(8000, 8000, shared_vocab=True, **cfg.model.overrides())
     # the model of results/multi30k; fields added since it was recorded take their defaults
     assert asdict(model) == asdict(TransformerConfig(**record["config"]))
     recorded = shlex.split(record["command"])
@@ -352,7 +385,9 @@ def test_the_cpu_preset_is_the_recorded_recipe_and_given_options_win(monkeypatch
     assert recorded[recorded.index("--max-tokens") + 1] == "1024"  # the preset's own value
     assert PRESETS["multi30k-cpu-60min"]["max_tokens"] == 1024
     plain = run_config_of(vars(build_parser().parse_args(["train"])))
-    assert plain.d_model is None and plain.minutes is None  # without a preset: the paper's defaults
+    assert (
+        plain.model.d_model is None and plain.run.minutes is None
+    )  # without a preset: the paper's defaults
 
 
 def run_config_of(options):
@@ -376,7 +411,7 @@ def test_task_choices_come_from_the_registry(monkeypatch):
 
 def test_multi30k_batches_are_equal_per_rank_and_resume_mid_epoch():
     from annotated.app import Multi30kTask
-    from annotated.training import Runtime
+    from annotated.runs import Runtime
 
     gen = torch.Generator().manual_seed(0)
     examples = [

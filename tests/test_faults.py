@@ -16,18 +16,13 @@ import pytest
 import torch
 from cli_helpers import COPY, SENTENCES, fails, listing
 
-import annotated.training.runs as runs
+import annotated.runs.folder as runs
 from annotated.app import main
 from annotated.data import save_tokenizer, train_tokenizer
 from annotated.files import atomic_write
 from annotated.model import make_model
-from annotated.training import (
-    Trainer,
-    load_checkpoint,
-    save_checkpoint,
-    write_manifest,
-    write_results,
-)
+from annotated.runs import write_manifest, write_results
+from annotated.training import Trainer, load_checkpoint, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_CUDA = not torch.cuda.is_available()

@@ -19,11 +19,12 @@ import torch
 from cli_helpers import COPY, SENTENCES, fails, listing
 
 import annotated.app.cli as cli
-import annotated.training.runs as runs
+import annotated.runs.folder as runs
 from annotated.app import CopyTask, main
 from annotated.data import save_tokenizer, train_tokenizer
 from annotated.model import make_model
-from annotated.training import Trainer, load_checkpoint, save_checkpoint, write_manifest
+from annotated.runs import write_manifest
+from annotated.training import Trainer, load_checkpoint, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = importlib.import_module("annotated.app.run")  # the module, not its function `train`

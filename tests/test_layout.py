@@ -16,13 +16,14 @@ LAYERS = {
     "annotated._export": 0,  # nbdev's export processor (pyproject.toml), imported by nbdev alone
     "annotated.model": 1,
     "annotated.data": 2,
-    "annotated.training": 3,
-    "annotated.decoding": 4,
-    "annotated.check": 5,
-    "annotated.app": 6,
-    "annotated": 7,  # the public API (annotated/__init__.py) and `python -m annotated`
+    "annotated.training": 3,  # the paper's training (§5): it never imports the run machinery above it
+    "annotated.runs": 4,  # processes, signals, run folders, their snapshots and locks
+    "annotated.decoding": 5,
+    "annotated.check": 6,
+    "annotated.app": 7,
+    "annotated": 8,  # the public API (annotated/__init__.py) and `python -m annotated`
 }
-ROLES = ("model", "data", "training", "decoding", "check", "app")
+ROLES = ("model", "data", "training", "runs", "decoding", "check", "app")
 
 
 def module_name(path: Path) -> str:
@@ -123,6 +124,11 @@ def test_the_cycle_finder_finds_a_cycle_and_the_layer_rule_an_upward_import():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
     assert layer_of("annotated.model.masks") < layer_of("annotated.training.batch")
+    assert (
+        layer_of("annotated.training.loop")
+        < layer_of("annotated.runs.folder")
+        < layer_of("annotated.app.cli")
+    )
 
 
 def test_a_module_inside_the_package_imports_modules_not_role_packages():
@@ -167,3 +173,34 @@ def test_each_role_re_exports_what_its_modules_export():
             assert set(names) <= set(exported), (
                 f"{role}/__init__ misses {set(names) - set(exported)}"
             )
+
+
+def test_old_paths_of_the_run_machinery_still_import_and_say_where_it_lives():
+    import importlib
+    import sys
+
+    import annotated
+
+    for old, new in annotated.RENAMED.items():
+        sys.modules.pop(old, None)
+        with pytest.warns(FutureWarning, match=f"{old} moved to {new}"):
+            module = importlib.import_module(old)
+        moved = importlib.import_module(new)
+        assert moved.__all__ and all(getattr(module, n) is getattr(moved, n) for n in moved.__all__)
+
+
+def test_a_name_that_left_training_says_where_it_lives_now():
+    import annotated.runs
+    import annotated.training
+
+    assert annotated.training._IN_RUNS <= set(annotated.runs.__all__)
+    assert not annotated.training._IN_RUNS & set(annotated.training.__all__)
+    with pytest.raises(ImportError, match="from annotated.runs import RunFolder"):
+        from annotated.training import RunFolder  # noqa: F401
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        annotated.training.nothing  # noqa: B018
+
+
+def test_a_module_of_the_flat_layout_names_its_new_home():
+    with pytest.raises(ModuleNotFoundError, match="import from annotated.model.multi_head"):
+        import annotated.multi_head  # noqa: F401

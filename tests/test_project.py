@@ -171,6 +171,70 @@ def test_main_chapters_are_short_and_end_with_a_summary():
         assert headings[-1] == "## Summary", f"{path.name} ends with {headings[-1]!r}"
 
 
+STRETCH = (
+    60  # lines of code an appendix shows in a row, with no prose between (STYLE.md rule 4: 40)
+)
+LONG_YET = {  # appendices not yet broken up; each must still have a long stretch, so this list shrinks
+    "23_grading", "24_check", "25_check_model", "26_check_training", "27_check_decoding",
+    "33_training_engineering", "35_implementation_details",
+}  # fmt: skip
+
+
+def appendices() -> list[Path]:
+    toc = yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())
+    return [
+        ROOT / f"{chapter['file']}.ipynb"
+        for part in toc["parts"]
+        if part["caption"] == "Appendices"
+        for chapter in part["chapters"]
+        if chapter["file"].startswith("notebooks/")
+    ]
+
+
+def code_stretches(cells: list[dict]) -> list[tuple[int, str]]:
+    """(lines, id of the first cell) of each run of code cells with no prose between: the lines a
+    reader sees (not blank, not an nbdev directive; cells the book removes count nothing)."""
+    stretches, lines, first = [], 0, None
+    for cell in [*cells, {"cell_type": "markdown"}]:
+        if cell["cell_type"] == "markdown":
+            if lines:
+                stretches.append((lines, first))
+            lines, first = 0, None
+        elif "remove-cell" not in cell.get("metadata", {}).get("tags", []):
+            source = "".join(cell["source"]).splitlines()
+            lines += sum(
+                1 for line in source if line.strip() and not line.lstrip().startswith("#|")
+            )
+            first = first or cell.get("id")
+    return stretches
+
+
+def test_the_stretch_counter_counts_code_between_prose():
+    code = lambda n, i, tags=(): {  # noqa: E731
+        "cell_type": "code", "id": i, "metadata": {"tags": list(tags)},
+        "source": ["#| export\n", *["x = 1\n", "\n"] * n],
+    }  # fmt: skip
+    prose = {"cell_type": "markdown", "source": ["Words."]}
+    cells = [code(30, "a"), code(31, "b"), prose, code(5, "c"), code(99, "d", ["remove-cell"])]
+    assert code_stretches(cells) == [(61, "a"), (5, "c")]
+
+
+def test_appendix_code_comes_in_short_stretches_with_prose_between():
+    found = {path.stem for path in appendices()}
+    assert LONG_YET <= found and len(found) > 10
+    for path in appendices():
+        long = [s for s in code_stretches(json.loads(path.read_text())["cells"]) if s[0] > STRETCH]
+        if path.stem in LONG_YET:
+            assert long, (
+                f"{path.stem} has no stretch over {STRETCH} lines now: take it off LONG_YET"
+            )
+        else:
+            assert not long, (
+                f"{path.name}: {STRETCH}+ lines of code without prose between, from cell "
+                + ", ".join(f"{i} ({n} lines)" for n, i in long)
+            )
+
+
 def test_table3_rows_replace_the_budget_options_they_change():
     sys.path.insert(0, str(ROOT / "tools"))
     import table3

@@ -22,10 +22,10 @@ from annotated.app import main
 from annotated.data import multi30k, save_tokenizer, train_tokenizer
 from annotated.files import atomic_path, atomic_write, sha256_of
 from annotated.model import make_model
+from annotated.runs import remove_stale_temporaries, write_results
+from annotated.runs.folder_lock import run_lock
+from annotated.runs.processes import start_runtime
 from annotated.training import CHECKPOINT_FORMAT, Trainer, load_checkpoint, save_checkpoint
-from annotated.training.folder_lock import run_lock
-from annotated.training.processes import start_runtime
-from annotated.training.runs import remove_stale_temporaries, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = [ROOT / "results" / "multi30k", ROOT / "results" / "multi30k-en-de"]
@@ -352,7 +352,7 @@ class FakeMsvcrt:
 
 
 def test_the_run_lock_works_with_windows_byte_range_locks(tmp_path, monkeypatch):
-    import annotated.training.folder_lock as folder_lock
+    import annotated.runs.folder_lock as folder_lock
 
     fake = FakeMsvcrt()
     monkeypatch.setattr(folder_lock, "fcntl", None)

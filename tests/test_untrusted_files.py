@@ -15,13 +15,14 @@ import pytest
 import torch
 from cli_helpers import SENTENCES, TINY, fails
 
-import annotated.app.tasks as tasks
+import annotated.app.multi30k_task as multi30k_task
 from annotated.app import main
 from annotated.data import Pair, save_tokenizer, train_tokenizer
 from annotated.files import atomic_write, sha256_of
 from annotated.model import make_model
-from annotated.training import load_checkpoint, save_checkpoint, write_manifest
-from annotated.training.folder_lock import LOCK, run_lock
+from annotated.runs import write_manifest
+from annotated.runs.folder_lock import LOCK, run_lock
+from annotated.training import load_checkpoint, save_checkpoint
 
 checkpoint_module = importlib.import_module("annotated.training.checkpoint")
 files_module = importlib.import_module("annotated.files")
@@ -194,7 +195,7 @@ def small_multi30k(monkeypatch):
     """Multi30k replaced by 20 sentence pairs: 'train --task multi30k' in about a second."""
     pairs = [Pair(*p) for p in SENTENCES]
     monkeypatch.setattr(
-        tasks, "load_multi30k", lambda split, data_dir=None, direction="de-en": pairs
+        multi30k_task, "load_multi30k", lambda split, data_dir=None, direction="de-en": pairs
     )
 
 

@@ -1,117 +1,49 @@
 """The command line and what it runs: run configurations and presets, tasks, inference and the ONNX export.
 
 Each module is generated from a notebook (its header names which); this file, written by hand,
-re-exports their public names.
+re-exports their public API. The helpers behind it (the parser's options, the subcommands, the memory
+checks, the ONNX graphs) stay in their modules, where notebooks 22, 31, 32 and 36 explain them.
 """
 
-from annotated.app.config import MODEL_FIELDS, RunConfig, PRESETS, RunOptions, run_config
-from annotated.app.memory import available_memory, check_memory, activation_bytes, check_positions
-from annotated.app.tasks import (
-    TASKS,
-    Task,
-    CopyTask,
-    Multi30kTask,
-    with_task_defaults,
-)
+from annotated.app.config import RunOptions, MODEL_FIELDS, positive, ModelOptions, RunConfig, pick, PRESETS
+from annotated.app.task import TaskDefaults, Task
+from annotated.app.copy_task import CopyOptions, CopyTask
+from annotated.app.multi30k_task import Multi30kOptions, Multi30kTraining, Multi30kTask
+from annotated.app.tasks import TASKS, run_config, with_task_defaults
 from annotated.app.run import train
-from annotated.app.inference import Loaded, load_for_inference, check_beam, source_lines
-from annotated.app.onnx_graphs import (
-    MAX_SOURCE_TOKENS,
-    EXTRA_TARGET_TOKENS,
-    OPSET,
-    ENCODER_IO,
-    STEP_IO,
-    PREFIX_IO,
-    export_copy,
-    EncoderExport,
-    layer_caches,
-    DecoderStepExport,
-    DecoderPrefixExport,
-    export_graph,
-    store_exact_float16,
-)
-from annotated.app.onnx_export import (
-    OnnxTranslator,
-    export_translator,
-    check_export,
-    cmd_export_onnx,
-    add_command,
-)
-from annotated.app.parser import (
-    MODEL_HELP,
-    OLD_NAMES,
-    OneLineErrors,
-    positive,
-    per_task,
-    add_model_options,
-    run_defaults,
-    add_train_options,
-    add_task_options,
-    add_direction_check,
-)
-from annotated.app.cli import (
-    build_parser,
-    resume_config,
-    cmd_train,
-    cmd_evaluate,
-    cmd_translate,
-    one_line,
-    main,
-)
+from annotated.app.inference import Loaded, load_for_inference
+from annotated.app.onnx_graphs import MAX_SOURCE_TOKENS, EXTRA_TARGET_TOKENS, OPSET, export_copy
+from annotated.app.onnx_export import OnnxTranslator, export_translator, check_export
+from annotated.app.cli import build_parser, main
 
 __all__ = [
-    "MODEL_FIELDS",
-    "RunConfig",
-    "PRESETS",
     "RunOptions",
-    "run_config",
-    "TASKS",
-    "available_memory",
-    "check_memory",
-    "activation_bytes",
-    "check_positions",
+    "MODEL_FIELDS",
+    "positive",
+    "ModelOptions",
+    "RunConfig",
+    "pick",
+    "PRESETS",
+    "TaskDefaults",
     "Task",
+    "CopyOptions",
     "CopyTask",
+    "Multi30kOptions",
+    "Multi30kTraining",
     "Multi30kTask",
+    "TASKS",
+    "run_config",
     "with_task_defaults",
     "train",
     "Loaded",
     "load_for_inference",
-    "check_beam",
-    "source_lines",
     "MAX_SOURCE_TOKENS",
     "EXTRA_TARGET_TOKENS",
     "OPSET",
-    "ENCODER_IO",
-    "STEP_IO",
-    "PREFIX_IO",
     "export_copy",
-    "EncoderExport",
-    "layer_caches",
-    "DecoderStepExport",
-    "DecoderPrefixExport",
-    "export_graph",
-    "store_exact_float16",
     "OnnxTranslator",
     "export_translator",
     "check_export",
-    "cmd_export_onnx",
-    "add_command",
-    "MODEL_HELP",
-    "OLD_NAMES",
-    "OneLineErrors",
-    "positive",
-    "per_task",
-    "add_model_options",
-    "run_defaults",
-    "add_train_options",
-    "add_task_options",
-    "add_direction_check",
     "build_parser",
-    "resume_config",
-    "cmd_train",
-    "cmd_evaluate",
-    "cmd_translate",
-    "one_line",
     "main",
 ]

@@ -9,20 +9,25 @@ __all__ = ['COPY_MODEL', 'copy_model', 'simple_greedy_decode', 'exact_match']
 # Legend: B batch, S source len, T = S + 2 target len (BOS, the symbols, EOS), n_vocab vocabulary size,
 # H heads.
 
+import dataclasses
+
 import torch
 from torch import Tensor
 
 from ..model.masks import causal_mask, padding_mask
-from ..model.transformer import Transformer, make_model
+from ..model.transformer import Transformer, TransformerConfig
 from ..data.copy_task import BOS, EOS, PAD
 
-
-COPY_MODEL = {"n_layers": 2, "d_model": 32, "d_ff": 64, "n_heads": 2, "dropout": 0.0}
+# The paper's model made small; its vocabulary (here the default of 11 ids) is the copy task's choice.
+COPY_MODEL = TransformerConfig(
+    11, 11, n_layers=2, d_model=32, d_ff=64, n_heads=2, dropout=0.0, shared_vocab=True
+)
 
 
 def copy_model(vocab_size: int, **overrides) -> Transformer:
     """Build the small shared-vocabulary Transformer for the copy task (§3.4: one embedding)."""
-    return make_model(vocab_size, vocab_size, shared_vocab=True, **{**COPY_MODEL, **overrides})
+    cfg = dataclasses.replace(COPY_MODEL, src_vocab=vocab_size, tgt_vocab=vocab_size, **overrides)
+    return Transformer(cfg)
 
 
 @torch.no_grad()

@@ -1,7 +1,8 @@
-"""Training (§5): batches, label smoothing, the schedule, the loop, weight averaging, checkpoints, processes and run folders.
+"""Training (§5): batches, label smoothing, the schedule, the loop, weight averaging and checkpoints.
 
 Each module is generated from a notebook (its header names which); this file, written by hand,
-re-exports their public names.
+re-exports their public names. The machinery of a long run (processes, signals, run folders, their
+snapshots and locks) moved to `annotated.runs`; its names asked of this package say so.
 """
 
 from annotated.training.batch import Batch
@@ -17,36 +18,6 @@ from annotated.training.checkpoint import (
     read_checked,
     check_entries,
 )
-from annotated.training.processes import (
-    Runtime,
-    device_of,
-    start_runtime,
-    stop_runtime,
-    replica_max_diff,
-)
-from annotated.training.runs import (
-    MANIFEST,
-    RUN_FILES,
-    should_stop,
-    git_commit,
-    hardware,
-    run_record,
-    strict,
-    write_results,
-    Stop,
-    writable_folder,
-    writable_file,
-    remove_created,
-    remove_stale_temporaries,
-    write_manifest,
-    check_run_file,
-    RunFolder,
-    resume_into,
-)
-from annotated.training.interrupts import Signals
-from annotated.training.folder_lock import LOCK, run_lock
-from annotated.training.snapshot_files import read_snapshot
-
 __all__ = [
     "Batch",
     "LabelSmoothingLoss",
@@ -64,30 +35,23 @@ __all__ = [
     "load_checkpoint",
     "read_checked",
     "check_entries",
-    "Runtime",
-    "device_of",
-    "start_runtime",
-    "stop_runtime",
-    "replica_max_diff",
-    "MANIFEST",
-    "RUN_FILES",
-    "should_stop",
-    "git_commit",
-    "hardware",
-    "run_record",
-    "strict",
-    "write_results",
-    "Stop",
-    "Signals",
-    "writable_folder",
-    "writable_file",
-    "remove_created",
-    "remove_stale_temporaries",
-    "write_manifest",
-    "check_run_file",
-    "RunFolder",
-    "resume_into",
-    "LOCK",
-    "run_lock",
-    "read_snapshot",
 ]
+
+
+# The run machinery's names, which this package exported until they moved to `annotated.runs`
+_IN_RUNS = frozenset(
+    "Runtime device_of start_runtime stop_runtime replica_max_diff MANIFEST RUN_FILES should_stop "
+    "git_commit hardware run_record strict write_results Stop Signals writable_folder writable_file "
+    "remove_created remove_stale_temporaries write_manifest check_run_file RunFolder resume_into LOCK "
+    "run_lock read_snapshot".split()
+)
+
+
+def __getattr__(name: str):
+    """Say where a name of the run machinery lives now (this role never imports the runs role)."""
+    if name in _IN_RUNS:
+        raise ImportError(
+            f"annotated.training.{name} moved with the run machinery: from annotated.runs import {name}",
+            name=__name__,
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
