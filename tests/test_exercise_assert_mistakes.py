@@ -258,7 +258,6 @@ MISTAKES = {
             "model.src_embed.lut.weight = nn.Parameter(shared.clone())",
         ),
         ("the generator left untied", "model.generator.weight = shared", "pass"),
-        ("no ValueError for two sizes", "raise ValueError(", "print("),
     ],
     ("12_training", "my_peak_lr"): [
         ("warm-up off by one", "step / warmup", "(step - 1) / warmup"),
