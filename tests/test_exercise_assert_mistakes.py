@@ -295,17 +295,13 @@ MISTAKES = {
     ],
     ("15_beam_search", "my_length_penalty"): [
         ("divided by 5", "(5 + length.float()) / 6", "(5 + length.float()) / 5"),
-        ("alpha as a factor", "** alpha", "* alpha"),
+        ("alpha as a factor", "6) ** alpha\n", "6) * alpha\n"),
         ("the length off by one", "(5 + length.float())", "(6 + length.float())"),
     ],
     ("15_beam_search", "my_score"): [
         ("padding scored", "(token_log_p * real).sum(-1)", "token_log_p.sum(-1)"),
         ("the labels not shifted", "ys[:, 1:, None]", "ys[:, :-1, None]"),
         ("no length penalty", " / length_penalty(real.sum(-1), alpha)", ""),
-    ],
-    ("17_reading_the_model", "my_translate_without_penalty"): [
-        ("the length penalty kept", "sources, 4, 0.0,", "sources, 4, 0.6,"),
-        ("one beam: greedy", "sources, 4, 0.0,", "sources, 1, 0.0,"),
     ],
     ("19_look_ahead_experiment", "my_peek_mask"): [
         ("one further ahead", "tril(diagonal=k)", "tril(diagonal=k + 1)"),
@@ -315,14 +311,6 @@ MISTAKES = {
             "up_to_k_ahead.expand(tgt_in.size(0), 1, T, T)",
         ),
         ("the upper triangle", ".tril(diagonal=k)", ".triu(diagonal=-k)"),
-    ],
-    ("20_norm_placement_experiment", "my_train"): [
-        (
-            "the peak given as Eq. 3's factor",
-            "factor = peak / noam_lr(WARMUP, D_MODEL, WARMUP)",
-            "factor = peak",
-        ),
-        ("the batches of another seed", "seed=100 + seed", "seed=seed"),
     ],
 }
 FAILED_WHEN = {  # a check that prints its verdict rather than raising: the verdict, read after the cell
@@ -381,13 +369,13 @@ def check_fails(notebook: str, name: str, source: str) -> str | None:
         )
     except Exception as err:  # an assert, or the answer breaking the check's computation
         return f"{type(err).__name__}: {err}"
+    verdict = FAILED_WHEN.get((notebook, name))
+    if verdict:  # its report fails a property by design; the verdict is the check
+        return verdict if eval(verdict, namespace) else None
     made = [v for k, v in namespace.items() if isinstance(v, Report) and before.get(k) is not v]
     falsy = [r for r in [*made, value] if isinstance(r, Report) and not r]
     if falsy:
         return f"the report fails {falsy[0].failed}"
-    verdict = FAILED_WHEN.get((notebook, name))
-    if verdict and eval(verdict, namespace):
-        return verdict
     return None
 
 
@@ -415,8 +403,13 @@ def test_a_wrong_answer_fails_the_check(notebook, name, mistake, old, new):
     assert check_fails(notebook, name, source.replace(old, new)), f"{name} with {mistake} passes"
 
 
-# not fed wrong answers yet: its chapter trains three tokenizers on Multi30k in the check itself
-NOT_YET = {("16_translation", "my_tokens_per_word")}
+# not fed wrong answers yet: their chapters take minutes to reach the exercise (tokenizers trained on
+# Multi30k, beam search over the test set, eight training runs), more than these tests should cost
+NOT_YET = {
+    ("16_translation", "my_tokens_per_word"),
+    ("17_reading_the_model", "my_translate_without_penalty"),
+    ("20_norm_placement_experiment", "my_train"),
+}
 
 
 def test_every_exercise_is_fed_wrong_answers_here_or_with_the_graders():
