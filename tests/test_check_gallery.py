@@ -491,7 +491,9 @@ class CentredOnly(LayerNorm):
 
 class FlatLayerNorm(LayerNorm):
     def forward(self, x):
-        return super().forward(x.reshape(-1, self.d_model))  # (B * T, D), never reshaped back
+        return super().forward(
+            x.reshape(-1, self.weight.numel())
+        )  # (B * T, D), never reshaped back
 
 
 class LayerNormWithDropout(LayerNorm):
@@ -501,7 +503,7 @@ class LayerNormWithDropout(LayerNorm):
 
 class BiasForgotten(LayerNorm):
     def forward(self, x):
-        return F.layer_norm(x, (self.d_model,), self.weight, None, self.eps)  # beta never added
+        return F.layer_norm(x, self.weight.shape, self.weight, None, self.eps)  # beta never added
 
 
 def exponent_per_column(max_len, d_model):  # 10000^(j/d) with j the column, not 2i

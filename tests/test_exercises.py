@@ -17,7 +17,8 @@ from IPython.core.inputtransformer2 import TransformerManager
 from torch import nn
 
 from annotated import check
-from annotated.check.framework import STARTER, is_starter, stood_in_for
+from annotated.check.framework import STARTER, is_starter
+from annotated.check.stand_ins import stood_in_for
 
 # A solution cell's first line: Colab shows the cell as a form with its code hidden (the book hides it too)
 SOLUTION = '#@title Solution { display-mode: "form" }'

@@ -5,12 +5,10 @@
 # %% auto #0
 __all__ = ['B', 'T', 'S', 'D', 'H', 'D_FF', 'STARTER', 'Result', 'Report', 'Failure', 'NotApplicable', 'expect', 'expect_close',
            'expect_changes', 'ensure_callable', 'run_properties', 'run_one', 'module_from', 'sequences', 'causal',
-           'hide_last', 'tensor_of', 'deterministic', 'every_parameter_learns', 'with_common', 'is_starter', 'solution',
-           'stands_in', 'stood_in_for', 'not_graded', 'passed', 'reporting_stand_ins']
+           'hide_last', 'tensor_of', 'deterministic', 'every_parameter_learns', 'with_common', 'is_starter', 'solution']
 
 # %% ../../notebooks/23_grading.ipynb #c002
 # Shapes: B batch, T query (target) length, S key (source) length, D d_model, H heads.
-import functools
 import html
 import inspect
 import sys
@@ -20,6 +18,9 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
+
+from .stand_ins import not_graded  # a report on a stand-in's result says so
+
 
 # %% ../../notebooks/23_grading.ipynb #c005
 class Result(NamedTuple):
@@ -259,51 +260,3 @@ def solution(answer):
         return answer
     print(f"{answer.__name__}: yours is kept; the check below grades it (this solution is here to compare)")
     return yours
-
-# %% ../../notebooks/23_grading.ipynb #b81f2d3c
-def stands_in(answer) -> bool:
-    """True for a solution that stood in for the reader's unwritten starter (marked by `solution`)."""
-    return "_stands_in" in getattr(answer, "__dict__", {})
-
-
-def stood_in_for(*answers) -> tuple[str, ...]:
-    """The names of the stand-ins among `answers`, looking also one call deep: into the globals a
-    function passed instead (a lambda, a wrapper) names, and into its closure."""
-    found: list[str] = []
-    for answer in answers:
-        code = getattr(answer, "__code__", None)
-        inner = [getattr(answer, "__globals__", {}).get(name) for name in code.co_names] if code else []
-        for cell in getattr(answer, "__closure__", None) or ():
-            try:
-                inner.append(cell.cell_contents)
-            except ValueError:  # a closure variable not yet assigned
-                pass
-        found += [a.__name__ for a in (answer, *inner) if stands_in(a) and a.__name__ not in found]
-    return tuple(found)
-
-
-def not_graded(names: tuple[str, ...]) -> str:
-    """The opening of a report on a stand-in's result; empty when the reader's code was graded."""
-    if not names:
-        return ""
-    verb = "is" if len(names) == 1 else "are"
-    return f"not graded, your {' and '.join(names)} {verb} not written yet; the solution's result: "
-
-
-def passed(answer, message: str) -> None:
-    """End an exercise's asserts: "✓ message" for the reader's code, "not graded, ..." for a stand-in."""
-    names = stood_in_for(answer)
-    print(f"{not_graded(names)}{message}" if names else f"✓ {message}")
-
-
-def reporting_stand_ins(check: Callable[..., Report]) -> Callable[..., Report]:
-    """Wrap a grader so that its report names the stand-ins it was given (as `annotated.check` does)."""
-
-    @functools.wraps(check)
-    def graded(*answers, **options) -> Report:
-        report = check(*answers, **options)
-        report.stood_in = stood_in_for(*answers, *options.values())
-        return report
-
-    graded.reports_stand_ins = True
-    return graded

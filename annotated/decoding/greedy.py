@@ -121,7 +121,7 @@ def _check_model(model: nn.Module, src: Tensor, limits: Tensor, **ids: int) -> N
     cfg = getattr(model, "cfg", None)
     if cfg is None:  # not a Transformer: nothing to compare with
         return
-    check_token_ids(src, cfg.src_vocab, "src")  # once here: Embeddings skips GPU batches
+    check_token_ids(src, cfg.src_vocab, "src")  # once here: the model's edge check skips GPU batches (values_are_free)
     for name, value in ids.items():
         check_int(value, name, low=0, high=cfg.tgt_vocab - 1, what="an id of the target vocabulary")
     longest = max(src.size(1), int(limits.max()))

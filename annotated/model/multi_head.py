@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from .attention import attention
 from .masks import causal_mask
+from ..validation import positive_int
 
 
 # %% ../../notebooks/04_multi_head_attention.ipynb #c008b
@@ -28,6 +29,7 @@ class MultiHeadAttention(nn.Module):
         d_k: int | None = None,  # Table 3 (B) narrows the queries and keys; d_v stays D / h
     ):
         super().__init__()
+        positive_int(d_model, "d_model")
         if n_heads < 1 or d_model % n_heads:
             raise ValueError(
                 f"d_model must be divisible by n_heads, got d_model={d_model} and n_heads={n_heads}"
