@@ -1,7 +1,7 @@
 """One notation everywhere (book/notation.md): each letter and each name means one thing.
 
 T is the target length, N the number of layers, V the value matrix, K the keys; the vocabulary size
-is n_vocab, the beam width W, flattened batch x positions is B*T. The attention whose queries come
+is n_vocab, the beam width n_beam, flattened batch x positions is B*T. The attention whose queries come
 from the decoder and whose keys and values come from the encoder is the encoder-decoder attention
 (§3.2.3); "cross-attention" is said once, on the notation and glossary pages, and the code's
 identifiers (`cross`) stay. The tests read the notebooks' JSON (sources, figure captions and the
@@ -21,7 +21,7 @@ DIM = r"\s*(?:\d*[A-Za-z][A-Za-z_0-9]*|\d+)(?:\s*[-+*/·×]\s*(?:\d*[A-Za-z][A-Z
 SHAPE = re.compile(rf"\(({DIM}(?:,{DIM})*,?\s*)\)")
 # The symbols a shape may use (notation.md); a parenthesis with any other word is not a shape.
 SYMBOLS = {"B", "S", "T", "L", "D", "H", "Dk", "Dv", "F", "N", "W", "n", "n_vocab", "d_model"}
-SYMBOLS |= {"d_ff", "d_k", "d_v", "V", "K", "Q", "k"}
+SYMBOLS |= {"d_ff", "d_k", "d_v", "V", "K", "Q", "k", "n_beam"}
 TOKEN = re.compile(r"\d*([A-Za-z][A-Za-z_0-9]*)")
 
 
