@@ -76,3 +76,29 @@ def test_named_tests_exist_and_links_point_at_them(file, name, url):
     assert url == f"{configured_url()}/blob/main/tests/{file}", (
         f"{url} is not this repository's {file}"
     )
+
+
+def test_decoding_and_averaging_defaults_are_the_papers():
+    """§6.1's settings, as the page's rows state them, are the package's defaults."""
+    import inspect
+
+    import torch
+
+    from annotated import decoding
+
+    beam = inspect.signature(annotated.beam_search).parameters
+    assert beam["beam_size"].default == 4 and beam["alpha"].default == 0.6
+    # The decoding limit without an explicit one: the source length + 50 (the padding not counted).
+    limit = [getattr(decoding, n) for n in decoding.__all__ if n.endswith("_from_source")]
+    assert len(limit) == 1, "one function should give the default decoding limit"
+    src = torch.tensor([[5, 6, 7, 0], [5, 6, 7, 8]])
+    assert limit[0](src, annotated.padding_mask(src, pad_id=0)).tolist() == [53, 54]
+    # Averaging: the last 5 snapshots, unless a run asks otherwise.
+    assert annotated.RunConfig().run.average == 5
+    for row in (
+        "$n_\\text{beam} = 4$",
+        "$\\alpha = 0.6$",
+        "input length + 50",
+        "last 5 checkpoints",
+    ):
+        assert row in PAGE, f"the page no longer states {row}"
