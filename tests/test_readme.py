@@ -57,3 +57,33 @@ def test_the_start_here_box_states_the_core_paths_length_as_it_is():
     assert chapters == len(core)
     assert abs(said_words - words) <= 0.1 * words, f"the core path has {words} words now"
     assert abs(said_lines - lines) <= 0.1 * lines, f"the core path has {lines} lines of code now"
+
+
+def test_the_translate_example_reads_a_committed_model():
+    """The first translate command works from a fresh clone: its checkpoint is in the repository."""
+    text = README.read_text(encoding="utf-8")
+    commands = re.findall(r"annotated translate --checkpoint (\S+)", text)
+    assert commands, "README.md should show how to translate"
+    first = README.parent / commands[0]
+    assert first.is_file() and (first.parent / "tokenizer.json").is_file(), commands[0]
+
+
+def test_the_readme_says_where_to_read_it_once_and_names_the_tools_it_needs():
+    text = README.read_text(encoding="utf-8")
+    assert text.count("Read it online") == 1
+    start_here = text.split("**Start here**", 1)[1].split("\n\n", 1)[0]
+    assert "Node.js" in start_here and "npm" in start_here, "make install runs npm ci"
+    makefile = (README.parent / "Makefile").read_text(encoding="utf-8")
+    assert "npm ci" in makefile  # if the install stops needing npm, say so above
+    assert (
+        "chromium" in text.lower()
+        and "/usr/bin/chromium" in (README.parent / ".ci" / "run").read_text()
+    )
+
+
+def test_contributor_material_comes_after_the_chapter_list():
+    headings = re.findall(r"^## (.+)$", README.read_text(encoding="utf-8"), flags=re.M)
+    chapters = headings.index("The chapters and appendices")
+    for contributor in ("Build the book and run the tests", "The package"):
+        assert headings.index(contributor) > chapters, headings
+    assert headings[-1] == "Licence and citation"
