@@ -102,3 +102,17 @@ def test_decoding_and_averaging_defaults_are_the_papers():
         "last 5 checkpoints",
     ):
         assert row in PAGE, f"the page no longer states {row}"
+
+
+def test_adam_and_warm_up_defaults_are_the_papers():
+    """§5.3's Adam settings and 4,000 warm-up updates (the Multi30k task's default), as the page states."""
+    import inspect
+
+    from annotated.app.multi30k_task import Multi30kTraining
+
+    adam = inspect.signature(annotated.make_optimizer).parameters
+    assert adam["betas"].default == (0.9, 0.98) and adam["eps"].default == 1e-9
+    assert Multi30kTraining.defaults.warmup == 4000
+    for said in ("$\\beta_1 = 0.9$", "$\\beta_2 = 0.98$", "$\\epsilon_\\text{Adam} = 10^{-9}$"):
+        assert said in PAGE
+    assert "$warmup\\_steps = 4000$" in PAGE
