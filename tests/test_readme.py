@@ -97,3 +97,24 @@ def test_contributor_material_comes_after_the_chapter_list():
     for contributor in ("Build the book and run the tests", "The package"):
         assert headings.index(contributor) > chapters, headings
     assert headings[-1] == "Licence and citation"
+
+
+def test_the_chapter_table_lists_every_notebook_of_the_book_in_its_order():
+    import yaml
+
+    root = README.parent
+    toc = yaml.safe_load((root / "book" / "_toc.yml").read_text())
+    book = [
+        c["file"].removeprefix("notebooks/")
+        for part in toc["parts"]
+        for c in part["chapters"]
+        if c["file"].startswith("notebooks/")
+    ]
+    text = README.read_text(encoding="utf-8")
+    table = text.split("## The chapters and appendices", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^\| \[[^]]+\]\(notebooks/([\w-]+)\.ipynb\)", table, flags=re.M)
+    assert sorted(listed) == sorted(book), "README's table and book/_toc.yml list other notebooks"
+    assert all((root / "notebooks" / f"{name}.ipynb").is_file() for name in listed)
+    for name in listed:  # the link text starts with the notebook's number
+        row = next(line for line in table.splitlines() if f"(notebooks/{name}.ipynb)" in line)
+        assert row.startswith(f"| [{name.split('_', 1)[0]} · "), row
