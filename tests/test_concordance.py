@@ -105,8 +105,9 @@ def test_decoding_and_averaging_defaults_are_the_papers():
         assert row in PAGE, f"the page no longer states {row}"
 
 
-def test_adam_and_warm_up_defaults_are_the_papers():
-    """§5.3's Adam settings and 4,000 warm-up updates (the Multi30k task's default), as the page states."""
+def test_adam_warm_up_and_smoothing_defaults_are_the_papers():
+    """§5.3's Adam settings, 4,000 warm-up updates (the Multi30k task's default) and §5.4's label
+    smoothing, as the page states them."""
     import inspect
 
     from annotated.app.multi30k_task import Multi30kTraining
@@ -114,6 +115,8 @@ def test_adam_and_warm_up_defaults_are_the_papers():
     adam = inspect.signature(annotated.make_optimizer).parameters
     assert adam["betas"].default == (0.9, 0.98) and adam["eps"].default == 1e-9
     assert Multi30kTraining.defaults.warmup == 4000
+    smoothing = inspect.signature(annotated.LabelSmoothingLoss).parameters["smoothing"].default
+    assert smoothing == annotated.RunConfig().run.label_smoothing == 0.1  # §5.4's epsilon_ls
     for said in ("$\\beta_1 = 0.9$", "$\\beta_2 = 0.98$", "$\\epsilon_\\text{Adam} = 10^{-9}$"):
         assert said in PAGE
-    assert "$warmup\\_steps = 4000$" in PAGE
+    assert "$warmup\\_steps = 4000$" in PAGE and "$\\epsilon_{ls} = 0.1$" in PAGE
