@@ -110,6 +110,9 @@ def test_the_selection_is_told_as_it_happened():
     pilot, pilot_postln = record("multi30k-20min"), record("multi30k-20min", "postln-results.json")
     assert pilot["config"]["norm_first"] and not pilot_postln["config"].get("norm_first")
     assert pilot["val"]["perplexity"] < pilot_postln["val"]["perplexity"]
+    assert abs(pilot["training"]["wall_seconds"] - 1200) < 60  # "a 20-minute pilot"
+    assert record("multi30k-dropout0.3")["config"]["dropout"] == 0.3  # "dropout 0.3"
+    assert record("multi30k-decay")["training"]["decay_to"]  # "a linearly falling rate"
     recorded, postln = record(RECORDED), record("multi30k-postln")
     assert recorded["config"]["norm_first"] and not postln["config"].get("norm_first")
     assert postln["training"]["lr_factor"] == 0.5 * recorded["training"]["lr_factor"]
