@@ -41,7 +41,8 @@ def slug_of(url: str) -> str:
 
 
 # Other projects' repositories that pages link to on purpose; every other github.com link must be ours.
-EXTERNAL = {"bentrevett/pytorch-seq2seq", "multi30k/dataset"}  # the latter: Multi30k's own files
+# Multi30k's own files; PyTorch's issues and pull requests (chapters 02 and 03)
+EXTERNAL = {"bentrevett/pytorch-seq2seq", "multi30k/dataset", "pytorch/pytorch"}
 
 
 def files() -> list[Path]:

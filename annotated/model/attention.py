@@ -11,7 +11,51 @@ import math
 import torch
 from torch import Tensor, nn
 
+# %% ../../notebooks/02_scaled_dot_product.ipynb #c006
+def attention(
+    query: Tensor,  # (..., T, Dk)
+    key: Tensor,  # (..., S, Dk)
+    value: Tensor,  # (..., S, Dv)
+    mask: Tensor | None = None,  # bool, broadcastable to (..., T, S); True = may attend
+    dropout: nn.Dropout | None = None,
+    scale: bool = True,  # divide the scores by sqrt(d_k), as the paper does
+) -> tuple[Tensor, Tensor]:
+    """Compute softmax(Q K^T / sqrt(d_k)) V and the attention weights (§3.2.1, Eq. 1)."""
+    check_inputs(query, key, value)  # a wrong input fails here, by name (the aside below)
+    scores = query @ key.transpose(-2, -1)  # (..., T, S)
+    if scale:
+        scores = scores / math.sqrt(query.size(-1))  # d_k, the width of the queries and keys
+    if mask is not None:
+        check_mask(mask, scores.shape)
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)  # (..., T, S)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)  # fully masked rows: 0, not a uniform average
+    if dropout is not None:
+        weights = dropout(weights)
+    return weights @ value, weights  # (..., T, Dv), (..., T, S)
+
+
 # %% ../../notebooks/02_scaled_dot_product.ipynb #c005
+def check_inputs(query: Tensor, key: Tensor, value: Tensor) -> None:
+    """Raise a clear error unless query, key, value are float tensors of one dtype that fit Eq. 1."""
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            got = x.dtype if isinstance(x, Tensor) else type(x).__name__
+            raise TypeError(f"{name} must be a floating-point torch.Tensor, got {got}")
+    if not query.dtype == key.dtype == value.dtype:
+        raise TypeError(
+            f"query, key and value must have one dtype, got {query.dtype}, {key.dtype} and {value.dtype}"
+        )
+    d_k = query.size(-1)
+    if key.size(-1) != d_k:
+        raise ValueError(f"key must have the query's feature size {d_k}, got {key.size(-1)}")
+    if key.size(-2) != value.size(-2):
+        raise ValueError(
+            f"key and value must have the same length S, got {key.size(-2)} and {value.size(-2)}"
+        )
+
+
 def check_mask(mask: Tensor, scores_shape: torch.Size, name: str = "mask") -> None:
     """Raise a clear error unless `mask` is bool and broadcasts to the scores' shape (§3.2.3)."""
     if not isinstance(mask, Tensor):
@@ -32,41 +76,3 @@ def check_mask(mask: Tensor, scores_shape: torch.Size, name: str = "mask") -> No
             f"{name} of shape {tuple(mask.shape)} cannot broadcast to the attention scores "
             f"of shape {tuple(scores_shape)} (…, T queries, S keys)"
         )
-
-# %% ../../notebooks/02_scaled_dot_product.ipynb #c006
-def attention(
-    query: Tensor,  # (..., T, Dk)
-    key: Tensor,  # (..., S, Dk)
-    value: Tensor,  # (..., S, Dv)
-    mask: Tensor | None = None,  # bool, broadcastable to (..., T, S); True = may attend
-    dropout: nn.Dropout | None = None,
-    scale: bool = True,  # divide the scores by sqrt(d_k), as the paper does
-) -> tuple[Tensor, Tensor]:
-    """Compute softmax(Q K^T / sqrt(d_k)) V and the attention weights (§3.2.1, Eq. 1)."""
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(x, Tensor) or not x.is_floating_point():
-            got = x.dtype if isinstance(x, Tensor) else type(x).__name__
-            raise TypeError(f"{name} must be a floating-point torch.Tensor, got {got}")
-    if not query.dtype == key.dtype == value.dtype:
-        raise TypeError(
-            f"query, key and value must have one dtype, got {query.dtype}, {key.dtype} and {value.dtype}"
-        )
-    d_k = query.size(-1)
-    if key.size(-1) != d_k:
-        raise ValueError(f"key must have the query's feature size {d_k}, got {key.size(-1)}")
-    if key.size(-2) != value.size(-2):
-        raise ValueError(
-            f"key and value must have the same length S, got {key.size(-2)} and {value.size(-2)}"
-        )
-    scores = query @ key.transpose(-2, -1)  # (..., T, S)
-    if scale:
-        scores = scores / math.sqrt(d_k)
-    if mask is not None:
-        check_mask(mask, scores.shape)
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = scores.softmax(dim=-1)  # (..., T, S)
-    if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)  # fully masked rows: 0, not a uniform average
-    if dropout is not None:
-        weights = dropout(weights)
-    return weights @ value, weights  # (..., T, Dv), (..., T, S)

@@ -61,7 +61,7 @@ class MultiHeadAttention(nn.Module):
 
     def attend(self, q, k, v, mask, need_weights=False, is_causal=False) -> tuple[Tensor, Tensor]:
         """Eq. 1 in every head at once: the outputs (B, H, T, Dv) and the weights (B, H, T, S)."""
-        if is_causal:  # the look-ahead mask (chapter 03), for self-attention: T == S
+        if is_causal:  # the causal mask (chapter 03), for self-attention: T == S
             mask = causal_mask(q.size(2), q.device)
         return attention(q, k, v, mask, self.dropout, self.scale)
 
