@@ -42,6 +42,8 @@ def slug_of(url: str) -> str:
 
 # Other projects' repositories that pages link to on purpose; every other github.com link must be ours.
 EXTERNAL = {"bentrevett/pytorch-seq2seq", "multi30k/dataset"}  # the latter: Multi30k's own files
+# cited in chapters 13 and 15
+EXTERNAL |= {"harvardnlp/annotated-transformer", "tensorflow/tensor2tensor"}
 
 
 def files() -> list[Path]:
