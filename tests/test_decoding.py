@@ -207,7 +207,14 @@ def test_beam_search_scores_at_least_as_well_as_greedy(seed):
     src, src_mask = random_source(seed=seed)
     greedy = greedy_decode(model, src, src_mask, 12, BOS, EOS, PAD)
     beam, scores = beam_search(
-        model, src, src_mask, max_new_tokens=12, bos_id=BOS, eos_id=EOS, pad_id=PAD, return_scores=True
+        model,
+        src,
+        src_mask,
+        max_new_tokens=12,
+        bos_id=BOS,
+        eos_id=EOS,
+        pad_id=PAD,
+        return_scores=True,
     )
     greedy_scores = score_sequences(model, src, src_mask, greedy, PAD, alpha=0.6)
     beam_scores = score_sequences(model, src, src_mask, beam, PAD, alpha=0.6)
@@ -335,7 +342,13 @@ def test_greedy_pads_after_eos_and_stops_when_all_have_finished():
     out = greedy_decode(model, src, None, 50, BOS, EOS, PAD)
     assert out.shape == (3, 4)  # stopped early: every sentence produced EOS at step 3
     beam = beam_search(
-        model, src, None, max_new_tokens=torch.tensor([1, 2, 50]), bos_id=BOS, eos_id=EOS, pad_id=PAD
+        model,
+        src,
+        None,
+        max_new_tokens=torch.tensor([1, 2, 50]),
+        bos_id=BOS,
+        eos_id=EOS,
+        pad_id=PAD,
     )
     assert beam.tolist() == [
         [BOS, 3, PAD],
@@ -427,3 +440,16 @@ def test_the_saved_copiers_load_and_copy_as_their_notebooks_say(folder, low, hig
         copy_batches(1, 200, t["seq_len"], t["vocab_size"], t["seed"] + 1, t["min_len"])
     )
     assert low <= exact_match(model, src, tgt) <= high  # trained: all; stopped early: unsure
+
+
+def test_exact_stop_never_scores_lower_and_equals_the_heuristic_without_a_penalty():
+    """tensor2tensor's bound (the penalty at the limit) searches at least as long as chapter 15's rule."""
+    model = random_model()
+    src, src_mask = random_source()
+    ids = dict(bos_id=BOS, eos_id=EOS, pad_id=PAD, max_new_tokens=8, return_scores=True)
+    for alpha in (0.0, 0.6, 1.0):
+        ours, ours_score = beam_search(model, src, src_mask, 3, alpha, **ids)
+        exact, exact_score = beam_search(model, src, src_mask, 3, alpha, **ids, exact_stop=True)
+        assert (exact_score >= ours_score - 1e-6).all()
+        if alpha == 0.0:  # no penalty: the heuristic is the exact bound
+            assert torch.equal(ours, exact)

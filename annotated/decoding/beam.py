@@ -68,6 +68,7 @@ def beam_search(
     max_new_tokens: int | Tensor | None = None,  # tokens to generate at most; None: source len + 50
     *, bos_id: int, eos_id: int, pad_id: int,  # pad_id: fills the output after EOS, never chosen
     use_cache: bool = True, return_scores: bool = False,  # return_scores: also the best scores (B,)
+    exact_stop: bool = False,  # True: tensor2tensor's bound, the penalty at the length limit
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Keep the beam_size best prefixes per sentence; return the best finished one (§6.1)."""
     if not alpha >= 0:
@@ -94,7 +95,8 @@ def beam_search(
         ys = ys.view(B * n_beam, n + 1)  # (B*n_beam, n + 1)
         if cache is not None:
             cache.reorder(rows.gather(1, pick).view(B * n_beam))  # the cache follows its beams
-        done |= (best.score >= log_p[:, 0] / length_penalty(n, alpha)) | (n >= limits)
+        bound = length_penalty(limits if exact_stop else n, alpha)  # lp now, or the largest lp
+        done |= (best.score >= log_p[:, 0] / bound) | (n >= limits)  # step 4
         if done.all():
             break
     tokens = best.ys[:, : int(best.length.max())]  # (B, 1 + longest best)
