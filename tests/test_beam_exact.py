@@ -128,7 +128,7 @@ def test_beam_search_returns_the_best_finished_hypothesis_of_each_sentence(alpha
         None,
         beam_size=2,
         alpha=alpha,
-        max_len=torch.tensor(LIMITS),
+        max_new_tokens=torch.tensor(LIMITS),
         bos_id=BOS,
         eos_id=EOS,
         pad_id=PAD,

@@ -137,7 +137,7 @@ def test_pad_batch_layout():
     src, tgt = pad_batch([([5, 6, 7], [8]), ([9], [10, 11, 12])])
     assert src.dtype == tgt.dtype == torch.long
     assert src.tolist() == [[5, 6, 7], [9, 0, 0]]  # (B, S)
-    assert tgt.tolist() == [[1, 8, 2, 0, 0], [1, 10, 11, 12, 2]]  # (B, T+2)
+    assert tgt.tolist() == [[1, 8, 2, 0, 0], [1, 10, 11, 12, 2]]  # (B, T + 1)
     with pytest.raises(ValueError, match="at least one"):
         pad_batch([])
 

@@ -17,6 +17,7 @@ from annotated.decoding import (
     greedy_decode,
     length_penalty,
     max_len_from_source,
+    max_new_tokens_from_source,
     next_token_logits,
     score_sequences,
 )
@@ -106,7 +107,7 @@ def test_cache_never_changes_the_beam_search_result(B, S, K, alpha, seed):
     src = torch.randint(3, VOCAB, (B, S), generator=torch.Generator().manual_seed(seed))
     src[B // 2, S - S // 2 :] = PAD  # one sentence padded (all of it but its first half)
     src_mask = padding_mask(src, PAD) if S > 1 else None
-    kwargs = dict(beam_size=K, alpha=alpha, max_len=6, bos_id=BOS, eos_id=EOS, pad_id=PAD)
+    kwargs = dict(beam_size=K, alpha=alpha, max_new_tokens=6, bos_id=BOS, eos_id=EOS, pad_id=PAD)
     tokens, scores = beam_search(model, src, src_mask, return_scores=True, **kwargs)
     tokens_nc, scores_nc = beam_search(
         model, src, src_mask, use_cache=False, return_scores=True, **kwargs
@@ -194,7 +195,7 @@ def test_beam_size_one_is_greedy(seed):
     src, src_mask = random_source(seed=seed)
     greedy = greedy_decode(model, src, src_mask, 12, BOS, EOS, PAD)
     one = beam_search(
-        model, src, src_mask, beam_size=1, max_len=12, bos_id=BOS, eos_id=EOS, pad_id=PAD
+        model, src, src_mask, beam_size=1, max_new_tokens=12, bos_id=BOS, eos_id=EOS, pad_id=PAD
     )
     assert torch.equal(one, greedy)
 
@@ -206,7 +207,14 @@ def test_beam_search_scores_at_least_as_well_as_greedy(seed):
     src, src_mask = random_source(seed=seed)
     greedy = greedy_decode(model, src, src_mask, 12, BOS, EOS, PAD)
     beam, scores = beam_search(
-        model, src, src_mask, max_len=12, bos_id=BOS, eos_id=EOS, pad_id=PAD, return_scores=True
+        model,
+        src,
+        src_mask,
+        max_new_tokens=12,
+        bos_id=BOS,
+        eos_id=EOS,
+        pad_id=PAD,
+        return_scores=True,
     )
     greedy_scores = score_sequences(model, src, src_mask, greedy, PAD, alpha=0.6)
     beam_scores = score_sequences(model, src, src_mask, beam, PAD, alpha=0.6)
@@ -292,10 +300,28 @@ def test_length_penalty_values():
     assert (lp[1:] > lp[:-1]).all()
 
 
-def test_max_len_from_source_is_source_length_plus_50():
+def test_max_new_tokens_from_source_is_source_length_plus_50():
     src, src_mask = random_source(S=7)
-    assert max_len_from_source(src, src_mask).tolist() == [57, 57, 55, 57, 57]
-    assert max_len_from_source(src, None, extra=3).tolist() == [10] * 5
+    assert max_new_tokens_from_source(src, src_mask).tolist() == [57, 57, 55, 57, 57]
+    assert max_new_tokens_from_source(src, None, extra=3).tolist() == [10] * 5
+    assert max_len_from_source is max_new_tokens_from_source  # the old name
+
+
+def test_max_len_is_still_accepted_as_the_old_name_of_max_new_tokens(capsys):
+    """Code written before the rename passes max_len=; it decodes the same, and prints nothing."""
+    model = random_model()
+    src, src_mask = random_source()
+    ids = dict(bos_id=BOS, eos_id=EOS, pad_id=PAD)
+    new = greedy_decode(model, src, src_mask, max_new_tokens=4, **ids)
+    assert torch.equal(greedy_decode(model, src, src_mask, max_len=4, **ids), new)
+    assert new.size(1) == 1 + 4 or (new == EOS).any(-1).all()
+    beams = beam_search(model, src, src_mask, max_new_tokens=3, **ids)
+    assert torch.equal(beam_search(model, src, src_mask, max_len=3, **ids), beams)
+    assert torch.equal(beam_search(model, src, src_mask, 4, 0.6, 3, **ids), beams)  # positional
+    assert capsys.readouterr() == ("", "")  # no warning printed
+    for decode in (greedy_decode, beam_search):
+        with pytest.raises(TypeError, match="not both"):
+            decode(model, src, src_mask, max_len=3, max_new_tokens=3, **ids)
 
 
 def test_greedy_output_form_and_per_sentence_limits():
@@ -316,7 +342,13 @@ def test_greedy_pads_after_eos_and_stops_when_all_have_finished():
     out = greedy_decode(model, src, None, 50, BOS, EOS, PAD)
     assert out.shape == (3, 4)  # stopped early: every sentence produced EOS at step 3
     beam = beam_search(
-        model, src, None, max_len=torch.tensor([1, 2, 50]), bos_id=BOS, eos_id=EOS, pad_id=PAD
+        model,
+        src,
+        None,
+        max_new_tokens=torch.tensor([1, 2, 50]),
+        bos_id=BOS,
+        eos_id=EOS,
+        pad_id=PAD,
     )
     assert beam.tolist() == [
         [BOS, 3, PAD],
@@ -329,7 +361,7 @@ def test_beam_search_handles_a_source_mask_of_batch_one():
     model = random_model()
     src = torch.randint(3, VOCAB, (3, 5))
     mask = torch.ones(1, 1, 1, 5, dtype=torch.bool)
-    kwargs = dict(max_len=6, bos_id=BOS, eos_id=EOS, pad_id=PAD)
+    kwargs = dict(max_new_tokens=6, bos_id=BOS, eos_id=EOS, pad_id=PAD)
     assert torch.equal(
         beam_search(model, src, mask, **kwargs), beam_search(model, src, None, **kwargs)
     )
@@ -390,7 +422,7 @@ def test_bad_input_is_reported_by_name(kwargs, message):
     ("folder", "low", "high"), [("copy", 0.95, 1.0), ("copy/early", 0.5, 0.99)]
 )
 def test_the_saved_copiers_load_and_copy_as_their_notebooks_say(folder, low, high):
-    """results/copy holds notebook 13's recipe trained to the end and stopped at update 200."""
+    """results/copy holds chapter 13's recipe run for 1,000 updates, and a separate 200-update run."""
     import json
     from pathlib import Path
 
@@ -408,3 +440,16 @@ def test_the_saved_copiers_load_and_copy_as_their_notebooks_say(folder, low, hig
         copy_batches(1, 200, t["seq_len"], t["vocab_size"], t["seed"] + 1, t["min_len"])
     )
     assert low <= exact_match(model, src, tgt) <= high  # trained: all; stopped early: unsure
+
+
+def test_exact_stop_never_scores_lower_and_equals_the_heuristic_without_a_penalty():
+    """tensor2tensor's bound (the penalty at the limit) searches at least as long as chapter 15's rule."""
+    model = random_model()
+    src, src_mask = random_source()
+    ids = dict(bos_id=BOS, eos_id=EOS, pad_id=PAD, max_new_tokens=8, return_scores=True)
+    for alpha in (0.0, 0.6, 1.0):
+        ours, ours_score = beam_search(model, src, src_mask, 3, alpha, **ids)
+        exact, exact_score = beam_search(model, src, src_mask, 3, alpha, **ids, exact_stop=True)
+        assert (exact_score >= ours_score - 1e-6).all()
+        if alpha == 0.0:  # no penalty: the heuristic is the exact bound
+            assert torch.equal(ours, exact)

@@ -49,10 +49,14 @@ MISTAKES = {
     ("14_decoding", "my_follow_beams"): [
         (
             "no sentence offset",
-            "torch.arange(B)[:, None] * W + picked // n_vocab",
+            "torch.arange(B)[:, None] * n_beam + picked // n_vocab",
             "picked // n_vocab",
         ),
-        ("parent from dividing by W", "W + picked // n_vocab", "W + picked // W"),
+        (
+            "parent from dividing by n_beam",
+            "n_beam + picked // n_vocab",
+            "n_beam + picked // n_beam",
+        ),
         (
             "keys moved, values left",
             "kv.k, kv.v = kv.k.index_select(0, rows), kv.v.index_select(0, rows)",

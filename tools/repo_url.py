@@ -41,8 +41,15 @@ def slug_of(url: str) -> str:
 
 
 # Other projects' repositories that pages link to on purpose; every other github.com link must be ours.
-# Multi30k's own files; PyTorch's issues and pull requests (chapters 02 and 03)
-EXTERNAL = {"bentrevett/pytorch-seq2seq", "multi30k/dataset", "pytorch/pytorch"}
+# Multi30k's own files; the tutorial the README compares with; PyTorch's issues and pull requests
+# (chapters 02 and 03); the harvardnlp copy task and tensor2tensor's code (chapters 13, 15, the concordance)
+EXTERNAL = {
+    "bentrevett/pytorch-seq2seq",
+    "multi30k/dataset",
+    "pytorch/pytorch",
+    "harvardnlp/annotated-transformer",
+    "tensorflow/tensor2tensor",
+}
 
 
 def files() -> list[Path]:

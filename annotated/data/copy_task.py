@@ -13,24 +13,11 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from ..validation import check_int
 from .vocab import SPECIAL_IDS
 
-PAD, BOS, EOS = SPECIAL_IDS.pad, SPECIAL_IDS.bos, SPECIAL_IDS.eos  # 0, 1, 2 (notebook 12): distinct,
+PAD, BOS, EOS = SPECIAL_IDS.pad, SPECIAL_IDS.bos, SPECIAL_IDS.eos  # 0, 1, 2 (chapter 12): distinct,
 # so decoding starts from BOS, never from the padding id
 FIRST_SYMBOL = SPECIAL_IDS.unk  # no unknown symbols here: those to copy are 3, ..., vocab_size - 1
-
-
-def _check_sizes(batch_size: int, seq_len: int, vocab_size: int, min_len: int) -> None:
-    for name, value, low in (
-        ("batch_size", batch_size, 1),
-        ("seq_len", seq_len, 1),
-        ("vocab_size", vocab_size, FIRST_SYMBOL + 1),  # at least one symbol besides the specials
-        ("min_len", min_len, 1),
-    ):
-        check_int(value, name, low=low)
-    if min_len > seq_len:
-        raise ValueError(f"min_len must be <= seq_len, got min_len={min_len}, seq_len={seq_len}")
 
 
 def _sequences(n: int, seq_len: int, min_len: int, vocab_size: int, gen) -> Tensor:
@@ -71,3 +58,19 @@ def copy_batches(
         tgt[torch.arange(batch_size), (src != PAD).sum(-1) + 1] = EOS  # right after the last symbol
         made += 1
         yield src, tgt
+
+# %% ../../notebooks/13_copy_task.ipynb #c006b
+def _check_sizes(batch_size: int, seq_len: int, vocab_size: int, min_len: int) -> None:
+    """Refuse sizes that are not positive ints, and a min_len above seq_len."""
+    from annotated.validation import check_int
+
+    for name, value, low in (
+        ("batch_size", batch_size, 1),
+        ("seq_len", seq_len, 1),
+        ("vocab_size", vocab_size, FIRST_SYMBOL + 1),  # at least one symbol besides the specials
+        ("min_len", min_len, 1),
+    ):
+        check_int(value, name, low=low)
+    if min_len > seq_len:
+        raise ValueError(f"min_len must be <= seq_len, got min_len={min_len}, seq_len={seq_len}")
+

@@ -6,7 +6,8 @@
 __all__ = ['SPECIALS', 'PAD_ID', 'BOS_ID', 'EOS_ID', 'UNK_ID', 'train_tokenizer', 'encode', 'decode', 'encode_pairs', 'save_tokenizer', 'load_tokenizer']
 
 # %% ../../notebooks/16_translation.ipynb #c002
-# Shapes: B batch, S source length, T target length (without BOS and EOS), n_vocab vocabulary size.
+# Shapes: B batch, S source length, T target length the decoder reads (BOS and the target, without
+# EOS; book/notation.md), n_vocab vocabulary size.
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 

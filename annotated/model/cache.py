@@ -60,7 +60,7 @@ class DecoderCache:
         return self.layers
 
     def reorder(self, indices: Tensor) -> None:
-        """Keep batch rows `indices` (B',) in every layer, in that order (beam search, notebook 15)."""
+        """Keep batch rows `indices` (B',) in every layer, in that order (beam search, chapter 15)."""
         for self_cache, cross_cache in self.layers:
             self_cache.reorder(indices)
             cross_cache.reorder(indices)
