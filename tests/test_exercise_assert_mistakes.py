@@ -382,6 +382,21 @@ def train_tokenizer(pairs, vocab_size=8000):
     return Tokenizer.from_str(_trained[pairs, vocab_size])
 """
 
+# Chapter 17's check translates its 40 test sentences three times with beam search (alpha 0.6, alpha 0
+# and the learner's way). translate_ids is deterministic (the model in eval mode, no sampling), so each
+# (model, sources, beam, alpha) is translated once and every later call gets a copy of the same ids:
+# the learner's function still calls translate_ids with its own arguments and gets what it would give.
+TRANSLATED_ONCE = """
+_translated, _translate_ids = {}, translate_ids
+
+
+def translate_ids(model, sources, beam, alpha, device, batch_size=64):
+    key = (id(model), tuple(map(tuple, sources)), beam, alpha, str(device), batch_size)
+    if key not in _translated:
+        _translated[key] = _translate_ids(model, sources, beam, alpha, device, batch_size)
+    return [list(ids) for ids in _translated[key]]
+"""
+
 # notebook: [(a text that one code cell holds, how that cell changes, why the check stays meaningful)]
 LIGHTER = {
     "16_translation": [
@@ -395,6 +410,11 @@ LIGHTER = {
         ("bucketed = list(token_batches(", skip, "padding, batched by length or not"),
     ],
     "17_reading_the_model": [
+        (
+            "def translate_ids(",
+            then(TRANSLATED_ONCE),
+            "each translation is computed once; the check's sentences, beams and alphas are the chapter's",
+        ),
         (
             'model = load_checkpoint(RUN / "model_fp16.pt"',
             up_to("greedy = ["),
@@ -493,10 +513,13 @@ CASES = [(nb, name, *m) for (nb, name), ms in MISTAKES.items() for m in ms]
 
 @pytest.fixture(autouse=True)
 def multi30k(request):
-    """Chapters 16 and 17 read Multi30k: the folder conftest finds (skipped where there is none)."""
+    """Chapters 16 and 17 read Multi30k: the folder conftest finds (skipped where there is none).
+    Chapter 17 translates with a trained model, on one thread (as chapter 20 trains)."""
     callspec = getattr(request.node, "callspec", None)  # None: a test of no one notebook
     if callspec and callspec.params["notebook"].startswith(("16_", "17_")):
         os.environ.setdefault(MULTI30K_ENV, str(request.getfixturevalue("data_dir")))
+    if callspec and callspec.params["notebook"].startswith("17_"):
+        request.getfixturevalue("one_thread")
 
 
 def test_each_exercise_here_has_at_least_two_mistakes():
