@@ -102,7 +102,8 @@ def test_the_last_update_is_saved_once(tmp_path, monkeypatch, steps, saves):
 
     monkeypatch.setattr(RunFolder, "save", counted)
     args = ["train", "--task", "copy", *TINY, "--steps", steps, "--eval-every", "4"]
-    assert main([str(a) for a in [*args, "--eval-size", "16", "--batch-size", "8", "--out", tmp_path]]) == 0
+    args += ["--eval-size", "16", "--batch-size", "8", "--out", tmp_path]
+    assert main([str(a) for a in args]) == 0
     assert made == saves
     assert saved(tmp_path)["step"] == steps
 
@@ -120,5 +121,6 @@ def test_a_full_disk_while_saving_stays_a_write_error(tmp_path, monkeypatch):
     monkeypatch.setattr(files, "atomic_write", full)
     monkeypatch.setattr("annotated.training.checkpoint.atomic_write", full)
     folder = RunFolder(tmp_path, run="r", options={}, task="copy", main=True)
+    tiny = make_model(5, 5, n_layers=1, d_model=8, d_ff=16, n_heads=2)
     with pytest.raises(WriteError, match="the disk is full.*no checkpoint had been saved yet"):
-        folder.save(make_model(5, 5, n_layers=1, d_model=8, d_ff=16, n_heads=2), None, None, 1, {}, [])
+        folder.save(tiny, None, None, 1, {}, [])
