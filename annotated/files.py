@@ -83,6 +83,7 @@ def write_error(path: str | os.PathLike, err: BaseException) -> WriteError | Non
     torch_writer = isinstance(err, RuntimeError) and any(
         s in str(err) for s in ("inline_container", "PytorchStreamWriter")
     )
+    # ENOSPC: no space left on the device; EDQUOT: the user's disk quota is spent
     no_space = getattr(err, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
     if isinstance(err, WriteError) or not (torch_writer or no_space):
         return None

@@ -66,8 +66,9 @@ def attention_chart(
     w = _weight_matrix(weights)  # (T, S)
     queries = _token_labels(query_labels, w.shape[0], "query_labels", "row")
     keys = _token_labels(key_labels, w.shape[1], "key_labels", "column")
-    # Four decimals is more than a colour or a tooltip shows, and keeps the chart's JSON identical
-    # on machines whose float arithmetic differs in the last bits. NaN (a fully masked row) -> no cell.
+    # Four decimals is more than a colour or a tooltip shows, and hides differences in the last bits
+    # between machines, except for a weight that lies within such a difference of a rounding boundary
+    # (…x5 in the fifth decimal), which may round either way. NaN (a fully masked row) -> no cell.
     values = [[None if np.isnan(v) else round(float(v), 4) for v in row] for row in w]  # (T, S)
     rows = [
         {"query_pos": i, "key_pos": j, "query": q, "key": k, "weight": values[i][j]}

@@ -86,3 +86,41 @@ def test_an_interrupted_run_with_dropout_resumes_bit_for_bit(capsys, tmp_path, m
         assert_equal(a[key], b[key], key)
     curves = [json.loads((d / "results.json").read_text())["train_curve"] for d in (whole, cut)]
     assert curves[0] == curves[1]
+
+
+@pytest.mark.parametrize("steps, saves", [(8, [4, 8]), (10, [4, 8, 10])])
+def test_the_last_update_is_saved_once(tmp_path, monkeypatch, steps, saves):
+    """A run whose last update is also a --save-every update saves it once, not twice (review of the
+    appendices); one that ends between two saves saves its last update at the end."""
+    from annotated.runs import RunFolder
+
+    made, save = [], RunFolder.save
+
+    def counted(self, model, optimizer, scheduler, step, *rest):
+        made.append(step)
+        return save(self, model, optimizer, scheduler, step, *rest)
+
+    monkeypatch.setattr(RunFolder, "save", counted)
+    args = ["train", "--task", "copy", *TINY, "--steps", steps, "--eval-every", "4"]
+    args += ["--eval-size", "16", "--batch-size", "8", "--out", tmp_path]
+    assert main([str(a) for a in args]) == 0
+    assert made == saves
+    assert saved(tmp_path)["step"] == steps
+
+
+def test_a_full_disk_while_saving_stays_a_write_error(tmp_path, monkeypatch):
+    """RunFolder.save adds what the checkpoint keeps to the message, and keeps the WriteError's kind."""
+    from annotated import files
+    from annotated.files import WriteError
+    from annotated.model import make_model
+    from annotated.runs import RunFolder
+
+    def full(path, write):
+        raise WriteError(f"could not write {path}: the disk is full (0.0 MiB free there)")
+
+    monkeypatch.setattr(files, "atomic_write", full)
+    monkeypatch.setattr("annotated.training.checkpoint.atomic_write", full)
+    folder = RunFolder(tmp_path, run="r", options={}, task="copy", main=True)
+    tiny = make_model(5, 5, n_layers=1, d_model=8, d_ff=16, n_heads=2)
+    with pytest.raises(WriteError, match="the disk is full.*no checkpoint had been saved yet"):
+        folder.save(tiny, None, None, 1, {}, [])

@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="sentences to translate (default: one per line on standard input)")
     translate.set_defaults(func=cmd_translate)
     add_check_command(sub)  # grade a learner's own pieces (appendix 23)
-    add_export_onnx(sub)  # notebook 36
+    add_export_onnx(sub)  # appendix 36
     return parser
 
 

@@ -15,7 +15,7 @@ from ..model.transformer import TransformerConfig
 
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
-    """The options of every training run, whatever its task (notebook 22 lists what each does)."""
+    """The options of every training run, whatever its task (appendix 22 lists what each does)."""
 
     task: str = "multi30k"
     out: str = "runs/latest"
@@ -24,7 +24,7 @@ class RunOptions:
     minutes: float | None = None  # budget: wall-clock time
     label_smoothing: float = 0.1
     warmup: int | None = None  # None here and below: the task's default
-    no_warmup: bool = False  # the peak rate from the first update, held until `warmup` (notebook 20)
+    no_warmup: bool = False  # the peak rate from the first update, held until `warmup` (chapter 20)
     lr_factor: float | None = None
     decay_to: int | None = None  # after the peak, the rate falls linearly to 0 at this update
     eval_every: int | None = None
@@ -55,7 +55,7 @@ def positive(kind: type) -> Callable[[str], int | float]:
 # %% ../../notebooks/31_tasks.ipynb #c004c
 @dataclasses.dataclass(frozen=True)
 class ModelOptions:
-    """The model fields a run may set (notebook 11); None: the task's model's value, else the paper's."""
+    """The model fields a run may set (chapter 11); None: the task's model's value, else the paper's."""
 
     n_layers: int | None = None
     d_model: int | None = None

@@ -56,11 +56,7 @@ def load_for_inference(
     check_run_file(path, run)
     if tok_path.parent == path.parent:
         check_run_file(tok_path, run)
-    try:
-        tok = load_tokenizer(tok_path)
-    except Exception as err:  # the tokenizers library raises a bare Exception for a bad file
-        first = (str(err).splitlines() or [""])[0]
-        raise ValueError(f"{tok_path} is not a tokenizer file written by 'train' ({first})") from None
+    tok = load_tokenizer(tok_path)  # a ValueError that names the file if it is not a tokenizer
     cfg, size = ckpt.model.cfg, tok.get_vocab_size()
     if size != cfg.src_vocab or size != cfg.tgt_vocab:
         raise ValueError(
@@ -97,6 +93,8 @@ def check_beam(beam: int, model: Transformer, device: torch.device, sentences: i
 def source_lines(args, tok, max_tokens: int) -> Iterator[tuple[list[int] | None, str | None]]:
     """Each sentence as it is read: its token ids (None for a bad one) and a report if bad."""
     if args.text:
+        # surrogateescape: bytes of an argument that were not UTF-8, which Python kept as stand-in
+        # characters, become those bytes again, so the check below reports them like stdin's
         raw = (t.encode("utf-8", "surrogateescape") for t in args.text)
     else:  # one line at a time, as it arrives; the final newline ends the last line
         raw = (line.removesuffix(b"\n") for line in sys.stdin.buffer)

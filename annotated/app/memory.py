@@ -35,7 +35,7 @@ def available_memory(device: torch.device) -> int:
 
 
 def activation_bytes(tokens: int, length: int, dims: dict, vocab: int, train: bool) -> float:
-    """A rough upper estimate of the memory of one forward (and backward) pass over `tokens` tokens."""
+    """A rough estimate of the memory of one forward (and backward) pass over `tokens` tokens."""
     d, d_ff, heads, layers = dims["d_model"], dims["d_ff"], dims["n_heads"], dims["n_layers"]
     per_token = 2 * layers * (20 * d + 2 * d_ff + 4 * heads * length) + 4 * vocab
     return 4.0 * tokens * per_token * (1.5 if train else 1.0)  # float32; gradients add about half

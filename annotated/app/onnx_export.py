@@ -149,7 +149,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
-    """Register `export-onnx` on the command line's subcommands (notebook 22)."""
+    """Register `export-onnx` on the command line's subcommands (appendix 22)."""
     export = sub.add_parser(
         "export-onnx", help="export a saved Multi30k model to ONNX for the book's browser page"
     )

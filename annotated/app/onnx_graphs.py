@@ -64,7 +64,7 @@ class EncoderExport(nn.Module):
 
 
 def layer_caches(cross_k: Tensor, cross_v: Tensor, self_k: Tensor, self_v: Tensor) -> DecoderCache:
-    """The decoder's cache (notebook 14) from stacked (N, B, H, len, Dk) tensors."""
+    """The decoder's cache (chapter 14) from stacked (N, B, H, len, Dk) tensors."""
     return DecoderCache(
         [
             (

@@ -24,10 +24,11 @@ MODEL_HELP = {  # what a model option means, where its name alone does not say i
     "d_k": "query and key width of each head (Table 3, row B)",
     "scale_attention": "attention without the 1/sqrt(d_k) scale (an ablation)",
     "tie_output": "an output projection of its own, not the target embedding (§3.4)",
-    "embedding_init": "initialiser of the embedding tables, xavier or normal: N(0, 1/d_model) (notebook 06)",
+    "embedding_init": "initialiser of the embedding tables, xavier or normal: N(0, 1/d_model) (chapter 06)",
     "max_len": "longest sequence the positional encoding covers",
 }
 OLD_NAMES = {"scale_attention": ("--no-scale",)}  # option names that earlier versions used
+NOT_IN_PAPER = ("max_len", "position_init")  # defaults the package chose: the paper gives none
 
 class OneLineErrors(argparse.ArgumentParser):
     """An argument parser that reports a usage error in one line on standard error."""
@@ -50,13 +51,14 @@ def per_task(name: str) -> str:
 
 # %% ../../notebooks/22_command_line.ipynb #c005
 def add_model_options(train: argparse.ArgumentParser) -> None:
-    """One option per TransformerConfig field (notebook 11), read from the dataclass itself."""
+    """One option per TransformerConfig field (chapter 11), read from the dataclass itself."""
     model = train.add_argument_group("model (default: the paper's; the copy task: its small model)")
     for f in MODEL_FIELDS:
         flag, small = f"--{f.name.replace('_', '-')}", getattr(COPY_MODEL, f.name)
         small = None if small == f.default else small  # the copy task's model differs here
         default = "d_model / n_heads" if f.name == "d_k" else f.default  # the one None default
-        note = f"default: the paper's {default}" + (f"; copy task: {small}" if small is not None else "")
+        whose = "the package's" if f.name in NOT_IN_PAPER else "the paper's"
+        note = f"default: {whose} {default}" + (f"; copy task: {small}" if small is not None else "")
         if any(hasattr(task.defaults, f.name) for task in TASKS.values()):
             note = f"default {per_task(f.name)}"
         if f.name in MODEL_HELP:
@@ -75,7 +77,7 @@ def add_model_options(train: argparse.ArgumentParser) -> None:
 
 # %% ../../notebooks/22_command_line.ipynb #c005c
 def run_defaults(parser: argparse.ArgumentParser) -> None:
-    """Every run option's default, from `RunOptions` (notebook 31): written once, there."""
+    """Every run option's default, from `RunOptions` (appendix 31): written once, there."""
     parser.set_defaults(**{f.name: f.default for f in dataclasses.fields(RunOptions)})
 
 
@@ -83,9 +85,9 @@ def add_train_options(train: argparse.ArgumentParser) -> None:
     run_defaults(train)
     add, pos_int, pos_float = train.add_argument, positive(int), positive(float)
     add("--task", choices=list(TASKS),
-        help="what to learn: Multi30k German->English, or copying random sequences (notebook 13)")
+        help="what to learn: Multi30k German->English, or copying random sequences (chapter 13)")
     add("--preset", choices=list(PRESETS), default=None,
-        help="start from a named recipe (notebook 31); options given beside it win")
+        help="start from a named recipe (appendix 31); options given beside it win")
     add("--out", help="directory for the checkpoint, tokenizer and results (default: %(default)s)")
     add("--results", help="also write the results file here (default: OUT/results.json)")
     add("--steps", type=pos_int, help="stop after this many optimizer updates")

@@ -102,9 +102,11 @@ def _train(task: Task, opt, rt, run, argv, signals, resumed, folder) -> dict:
         wall, diff = time.time() - started, replica_max_diff(rt, model)
         if not rt.main:
             return {}
-        if not snapshots.steps or snapshots.steps[-1] != step:  # the final weights: a snapshot
+        final = not snapshots.steps or snapshots.steps[-1] != step
+        if final:  # the final weights: a snapshot
             snapshots.add(step, model)
-        save(step)
+        if final or folder.saved_step != step:  # not saved yet as they are now (else once is enough)
+            save(step)
     if signals.received is not None:  # it came while the last update was saved
         raise folder.interrupted(signals, step)
     trained = {"steps": step, "wall": wall, "replica_diff": diff, "evals": evals, "curve": curve}

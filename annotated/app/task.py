@@ -23,7 +23,7 @@ from .config import RunConfig
 
 @dataclasses.dataclass(frozen=True)
 class TaskDefaults:
-    """A task's values for the options that a run leaves at None (notebook 22's help lists them)."""
+    """A task's values for the options that a run leaves at None (appendix 22's help lists them)."""
 
     warmup: int  # warm-up updates of §5.3
     lr_factor: float

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..files import atomic_write, sha256_of
+from ..files import WriteError, atomic_write, sha256_of
 from ..training.checkpoint import Checkpoint, save_checkpoint
 from .interrupts import Signals
 from .records import Stop, write_results
@@ -175,7 +175,8 @@ class RunSaves(RunFiles):
                 if self.saved_step is not None
                 else "no checkpoint had been saved yet"
             )
-            raise OSError(f"{' '.join(str(err).split())}; {kept}") from err
+            kind = WriteError if isinstance(err, WriteError) else OSError  # a full disk stays a WriteError
+            raise kind(f"{' '.join(str(err).split())}; {kept}") from err
 
 
 # %% ../../notebooks/30_runs.ipynb #c013e

@@ -76,8 +76,8 @@ def stop_runtime(rt: Runtime) -> None:
     if rt.world_size > 1 and dist.is_initialized():
         dist.destroy_process_group()
         # A reference cycle can keep the gloo group alive until exit; its threads then abort the
-        # process ("terminate called without an active exception") in about 1 run in 7 on a busy
-        # machine. Collecting here destroys it while Python can still run its destructors.
+        # process ("terminate called without an active exception") in some runs on a busy machine.
+        # Collecting here destroys it while Python can still run its destructors.
         gc.collect()
 
 
