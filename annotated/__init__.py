@@ -15,12 +15,12 @@ import sys
 import warnings
 
 __all__ = [
-    # attention (notebooks 02-04; the layer the model runs: appendix 35)
+    # attention (chapters 02-04; the layer the model runs: appendix 35)
     "attention",
     "padding_mask",
     "causal_mask",
     "MultiHeadAttention",
-    # the rest of the model (notebooks 05-11; the layers the model runs: appendices 28 and 35)
+    # the rest of the model (chapters 05-11; the layers the model runs: appendices 28 and 35)
     "sinusoidal_encoding",
     "angular_frequencies",
     "relative_shift_matrix",
@@ -36,7 +36,7 @@ __all__ = [
     "TransformerConfig",
     "Transformer",
     "make_model",
-    # training (notebook 12; the package's batch, loss, schedule, averaging, step and loop: appendix 33)
+    # training (chapter 12; the package's batch, loss, schedule, averaging, step and loop: appendix 33)
     "Batch",
     "LabelSmoothingLoss",
     "noam_lr",
@@ -49,34 +49,34 @@ __all__ = [
     "SpecialIds",
     "SPECIAL_IDS",
     "strip_specials",
-    # checkpoints (notebook 21)
+    # checkpoints (appendix 21)
     "save_checkpoint",
     "load_checkpoint",
-    # the copy task (notebook 13)
+    # the copy task (chapter 13)
     "copy_batches",
     "copy_model",
     "exact_match",
     "simple_greedy_decode",
     "COPY_MODEL",
-    # decoding (notebooks 14 and 15)
+    # decoding (chapters 14 and 15)
     "greedy_decode",
     "beam_search",
     "length_penalty",
-    # data (notebook 16; the download and checksums: notebook 29) and evaluation (notebook 17)
+    # data (chapter 16; the download and checksums: appendix 29) and evaluation (chapter 17)
     "load_multi30k",
     "train_tokenizer",
     "load_tokenizer",
     "token_batches",
     "corpus_bleu",
     "tokenized_bleu",
-    # tasks, run configurations and presets (notebook 31)
+    # tasks, run configurations and presets (appendix 31)
     "Task",
     "TASKS",
     "RunConfig",
     "PRESETS",
     # figures
     "attention_chart",
-    # grading a learner's own pieces (notebook 24)
+    # grading a learner's own pieces (appendix 24)
     "check",
     # the book's recorded files, wherever a notebook runs (appendix 37)
     "book_path",

@@ -87,8 +87,8 @@ MISTAKES = {
         ("softmax over the queries", "scores.softmax(dim=-1)", "scores.softmax(dim=-2)"),
     ],
     ("05_positional_encoding", "my_shift_matrix"): [
-        ("turned the other way", "theta = k * angular", "theta = -k * angular"),
-        ("turned by k + 1", "theta = k * angular", "theta = (k + 1) * angular"),
+        ("turned the other way", "theta = delta * angular", "theta = -delta * angular"),
+        ("turned by delta + 1", "theta = delta * angular", "theta = (delta + 1) * angular"),
         (
             "sine and cosine columns swapped",
             "torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)",
@@ -293,13 +293,13 @@ MISTAKES = {
         ("no length penalty", " / length_penalty(real.sum(-1), alpha)", ""),
     ],
     ("19_look_ahead_experiment", "my_peek_mask"): [
-        ("one further ahead", "tril(diagonal=k)", "tril(diagonal=k + 1)"),
+        ("one further ahead", "tril(diagonal=delta)", "tril(diagonal=delta + 1)"),
         (
             "the padding forgotten",
-            "padding_mask(tgt_in, pad_id) & up_to_k_ahead",
-            "up_to_k_ahead.expand(tgt_in.size(0), 1, T, T)",
+            "padding_mask(tgt_in, pad_id) & up_to_delta_ahead",
+            "up_to_delta_ahead.expand(tgt_in.size(0), 1, T, T)",
         ),
-        ("the upper triangle", ".tril(diagonal=k)", ".triu(diagonal=-k)"),
+        ("the upper triangle", ".tril(diagonal=delta)", ".triu(diagonal=-delta)"),
     ],
     ("16_translation", "my_tokens_per_word"): [
         (

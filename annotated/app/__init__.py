@@ -2,7 +2,7 @@
 
 Each module is generated from a notebook (its header names which); this file, written by hand,
 re-exports their public API. The helpers behind it (the parser's options, the subcommands, the memory
-checks, the ONNX graphs) stay in their modules, where notebooks 22, 31, 32 and 36 explain them.
+checks, the ONNX graphs) stay in their modules, where appendices 22, 31, 32 and 36 explain them.
 """
 
 from annotated.app.config import RunOptions, MODEL_FIELDS, positive, ModelOptions, RunConfig, pick, PRESETS

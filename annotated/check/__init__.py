@@ -4,7 +4,7 @@ Each check runs a list of properties (agreement with PyTorch where a reference e
 padding invariance, ...) and returns a `Report` naming the one that fails. `check.solution` decorates
 an exercise's solution so that it stands in only for a starter the reader has not filled in; each check
 here then says that a stand-in's result is the solution's, not the reader's (`check.passed` does the same
-for an exercise checked by asserts). The modules are generated from notebooks 23 to 27; this file, written
+for an exercise checked by asserts). The modules are generated from appendices 23 to 27; this file, written
 by hand, re-exports what a learner calls.
 """
 

@@ -2,7 +2,7 @@
 
 The engineering of a long training run (appendix 30), between the paper's training (`annotated.training`,
 which never imports it) and the command line (`annotated.app`). Each module is generated from
-notebook 30 (its header names which); this file, written by hand, re-exports their public names.
+appendix 30 (its header names which); this file, written by hand, re-exports their public names.
 """
 
 from annotated.runs.processes import Runtime, device_of, start_runtime, stop_runtime, replica_max_diff

@@ -92,7 +92,7 @@ function ids(ort, rows) {
 }
 
 async function encode(m, src, beams) {
-  // Encoder-decoder attention keys and values of every decoder layer, copied for each beam: (N, W, H, S, Dk)
+  // Encoder-decoder attention keys and values of every decoder layer, copied for each beam: (N, n_beam, H, S, Dk)
   const out = await m.encoder.run({ src: ids(m.ort, [src]) });
   return { cross_k: repeatBatch(m.ort, out.cross_k, beams), cross_v: repeatBatch(m.ort, out.cross_v, beams) };
 }
@@ -114,7 +114,7 @@ function emptyCache(m, beams) {
 }
 
 async function step(m, memory, cache, tokens) {
-  // One decoder step for every beam: logits (W, n_vocab), the grown cache, encoder-decoder attention (N, W, H, S)
+  // One decoder step for every beam: logits (n_beam, n_vocab), the grown cache, encoder-decoder attention (N, n_beam, H, S)
   const out = await m.step.run({ token: ids(m.ort, tokens.map((t) => [t])), ...memory, ...cache });
   return { logits: out.logits, cache: { self_k: out.new_self_k, self_v: out.new_self_v }, weights: out.cross_weights };
 }
