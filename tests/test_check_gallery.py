@@ -1183,7 +1183,7 @@ WRONG_TRAINING_PIECES = [
         "starts_with_bos",
         "matches_reference",
         "each_token_is_argmax_of_prefix",
-        "stops_at_max_len",
+        "stops_at_max_new_tokens",
         "stops_after_eos",
         "pad_is_never_a_token",
         "batch_independence",

@@ -377,13 +377,19 @@ def test_beam_search_handles_a_source_mask_of_batch_one():
         ({"beam_size": 2.0}, r"beam_size must be a positive int, got 2.0"),
         ({"beam_size": True}, r"beam_size must be a positive int, got True"),
         ({"alpha": -0.5}, r"alpha must be >= 0 .* got -0.5"),
-        ({"max_len": 0}, r"max_len must be a positive int \(tokens to generate\), got 0"),
-        ({"max_len": "10"}, r"max_len must be a positive int .* got '10'"),
         (
-            {"max_len": torch.tensor([3, 0, 3, 3, 3])},
-            r"max_len as a tensor must hold B=5 positive ints",
+            {"max_new_tokens": 0},
+            r"max_new_tokens must be a positive int \(tokens to generate\), got 0",
         ),
-        ({"max_len": torch.tensor([3, 3])}, r"max_len as a tensor must hold B=5 positive ints"),
+        ({"max_new_tokens": "10"}, r"max_new_tokens must be a positive int .* got '10'"),
+        (
+            {"max_new_tokens": torch.tensor([3, 0, 3, 3, 3])},
+            r"max_new_tokens as a tensor must hold B=5 positive ints",
+        ),
+        (
+            {"max_new_tokens": torch.tensor([3, 3])},
+            r"max_new_tokens as a tensor must hold B=5 positive ints",
+        ),
         (
             {"src_mask": torch.ones(2, 1, 1, 7, dtype=torch.bool)},
             r"src_mask must have shape .*B=5.*\(2, 1, 1, 7\)",
@@ -405,13 +411,19 @@ def test_beam_search_handles_a_source_mask_of_batch_one():
 def test_bad_input_is_reported_by_name(kwargs, message):
     model = random_model()
     src, src_mask = random_source()
-    arguments = {"src": src, "src_mask": src_mask, "max_len": 5} | kwargs
+    arguments = {"src": src, "src_mask": src_mask, "max_new_tokens": 5} | kwargs
     with pytest.raises(ValueError, match=message):
         beam_search(model, **arguments, bos_id=BOS, eos_id=EOS, pad_id=PAD)
     if "beam_size" not in kwargs and "alpha" not in kwargs:  # greedy shares the other checks
         with pytest.raises(ValueError, match=message):
             greedy_decode(
-                model, arguments["src"], arguments["src_mask"], arguments["max_len"], BOS, EOS, PAD
+                model,
+                arguments["src"],
+                arguments["src_mask"],
+                arguments["max_new_tokens"],
+                BOS,
+                EOS,
+                PAD,
             )
 
 

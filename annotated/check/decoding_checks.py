@@ -29,7 +29,7 @@ N_VOCAB = 11  # the vocabulary of the toy model: small, and not a power of two
 
 # %% ../../notebooks/27_check_decoding.ipynb #c005
 PAD, BOS = 0, 1  # and EOS: chosen per property among the tokens the model writes
-NEVER = -1  # an eos_id that never occurs: decoding runs to max_len
+NEVER = -1  # an eos_id that never occurs: decoding runs to max_new_tokens
 
 
 def toy_model() -> nn.Module:
@@ -49,24 +49,24 @@ def decode_inputs() -> tuple[Tensor, Tensor]:
     return src, (src != PAD)[:, None, None, :]  # src_mask (B, 1, 1, S)
 
 
-def decoded(fn, model, src, src_mask, max_len, eos_id, pad_id=PAD) -> Tensor:
-    """Run the learner's decoder; insist on token ids (B, 1 + n) with 1 <= n <= max_len."""
-    ys = fn(model, src, src_mask, max_len, BOS, eos_id, pad_id)
+def decoded(fn, model, src, src_mask, max_new_tokens, eos_id, pad_id=PAD) -> Tensor:
+    """Run the learner's decoder; insist on token ids (B, 1 + n) with 1 <= n <= max_new_tokens."""
+    ys = fn(model, src, src_mask, max_new_tokens, BOS, eos_id, pad_id)
     expect(isinstance(ys, Tensor), f"returned {type(ys).__name__}, expected a tensor of token ids")
     expect(
         not ys.is_floating_point() and ys.dim() == 2 and ys.size(0) == src.size(0),
         f"returned {ys.dtype} of shape {tuple(ys.shape)}, expected token ids (B, 1 + n)",
     )
     expect(
-        2 <= ys.size(1) <= 1 + max_len,
-        f"returned {ys.size(1)} columns for max_len={max_len}, "
-        f"expected BOS and 1 .. {max_len} tokens",
+        2 <= ys.size(1) <= 1 + max_new_tokens,
+        f"returned {ys.size(1)} columns for max_new_tokens={max_new_tokens}, "
+        f"expected BOS and 1 .. {max_new_tokens} tokens",
     )
     return ys.detach()
 
 
-def reference(model, src, src_mask, max_len, eos_id, pad_id=PAD) -> Tensor:
-    return reference_greedy(model, src, src_mask, max_len, BOS, eos_id, pad_id, use_cache=False)
+def reference(model, src, src_mask, max_new_tokens, eos_id, pad_id=PAD) -> Tensor:
+    return reference_greedy(model, src, src_mask, max_new_tokens, BOS, eos_id, pad_id, use_cache=False)
 
 
 def an_eos(model, src, src_mask, row: int = 0, step: int = 1) -> int:
@@ -115,16 +115,16 @@ def _gd_argmax(subject):
     return "each token is the most probable one after the prefix written before it"
 
 # %% ../../notebooks/27_check_decoding.ipynb #c007
-def _gd_max_len(subject):
+def _gd_max_new_tokens(subject):
     fn, model = subject
     src, src_mask = decode_inputs()
-    for max_len in (1, 5):
-        ys = decoded(fn, model, src, src_mask, max_len, NEVER)
+    for max_new_tokens in (1, 5):
+        ys = decoded(fn, model, src, src_mask, max_new_tokens, NEVER)
         expect(
-            ys.size(1) == 1 + max_len,
-            f"without EOS and max_len={max_len}, wrote {ys.size(1) - 1} tokens, expected {max_len}",
+            ys.size(1) == 1 + max_new_tokens,
+            f"without EOS and max_new_tokens={max_new_tokens}, wrote {ys.size(1) - 1} tokens, expected {max_new_tokens}",
         )
-    return "without EOS it writes exactly max_len tokens after BOS"
+    return "without EOS it writes exactly max_new_tokens tokens after BOS"
 
 
 def _gd_after_eos(subject):
@@ -172,13 +172,13 @@ def _gd_batch(subject):
 
 # %% ../../notebooks/27_check_decoding.ipynb #c008
 def greedy_decode(fn: Callable) -> Report:
-    """Grade `fn(model, src, src_mask, max_len, bos_id, eos_id, pad_id)` -> (B, 1 + n) (§6.1)."""
+    """Grade `fn(model, src, src_mask, max_new_tokens, bos_id, eos_id, pad_id)` -> (B, 1 + n) (§6.1)."""
     ensure_callable("fn", fn, "your greedy decoding function")
     properties = {
         "starts_with_bos": _gd_starts_with_bos,
         "matches_reference": _gd_reference,
         "each_token_is_argmax_of_prefix": _gd_argmax,
-        "stops_at_max_len": _gd_max_len,
+        "stops_at_max_new_tokens": _gd_max_new_tokens,
         "stops_after_eos": _gd_after_eos,
         "pad_is_never_a_token": _gd_pad,
         "batch_independence": _gd_batch,

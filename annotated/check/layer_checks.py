@@ -104,12 +104,12 @@ def table(fn, max_len: int = 50, d_model: int = D) -> Tensor:
 
 
 def _pe_rotation(fn):
-    pe, k = table(fn), 3
+    pe, delta = table(fn), 3
     z = torch.complex(pe[:, 1::2], pe[:, 0::2])  # cos + i sin = exp(i omega pos), one per pair
     expect(bool(((z.abs() - 1).abs() < 1e-4).all()), "a sin/cos pair is not a point on the unit circle")
-    turn = z[k:] / z[:-k]  # the rotation from pos to pos + k, for every pos
+    turn = z[delta:] / z[:-delta]  # the rotation from pos to pos + Δ, for every pos
     expect(bool(((turn - turn[:1]).abs() < 1e-4).all()), "PE(pos + 3) is not one fixed rotation of PE(pos)")
-    return "PE(pos + k) is PE(pos) turned by a fixed rotation per sin/cos pair"
+    return "PE(pos + Δ) is PE(pos) turned by a fixed rotation per sin/cos pair"
 
 # %% ../../notebooks/25_check_model.ipynb #c013
 def _pe_shape(fn):

@@ -247,7 +247,7 @@ def _lr_warmup(fn):
             f"rate(step {step}) / rate(step 1) = {got:.4g}, "
             f"expected {step}: the warm-up is not linear from step 1",
         )
-    return "during the warm-up the rate grows linearly: rate(k) = k * rate(1)"
+    return "during the warm-up the rate grows linearly: rate(step) = step * rate(1)"
 
 
 def _lr_decay(fn):

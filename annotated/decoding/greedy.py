@@ -95,7 +95,7 @@ max_len_from_source = max_new_tokens_from_source  # the old name
 
 # %% ../../notebooks/28_input_checks.ipynb #43090b84
 def _check_inputs(
-    src: Tensor, src_mask: Tensor | None, max_len: int | Tensor | None, beam_size: int = 1
+    src: Tensor, src_mask: Tensor | None, max_new_tokens: int | Tensor | None, beam_size: int = 1
 ) -> tuple[Tensor | None, Tensor]:
     """Validate the decoders' inputs; return src_mask with batch B and the (B,) output limits."""
     from annotated.validation import positive_int
@@ -124,14 +124,20 @@ def _check_inputs(
                 f"got {got}"
             )
         src_mask = src_mask.expand(B, -1, -1, -1)  # (B, 1, 1, S): beams copy rows of it
-    if max_len is None:
-        return src_mask, max_len_from_source(src, src_mask)
-    if isinstance(max_len, Tensor):
-        if max_len.shape != (B,) or max_len.is_floating_point() or bool((max_len < 1).any()):
-            raise ValueError(f"max_len as a tensor must hold B={B} positive ints, got {max_len}")
-        return src_mask, max_len.to(src.device)
-    positive_int(max_len, "max_len", "tokens to generate")
-    return src_mask, torch.full((B,), max_len, device=src.device)  # (B,)
+    if max_new_tokens is None:
+        return src_mask, max_new_tokens_from_source(src, src_mask)
+    if isinstance(max_new_tokens, Tensor):
+        if (
+            max_new_tokens.shape != (B,)
+            or max_new_tokens.is_floating_point()
+            or bool((max_new_tokens < 1).any())
+        ):
+            raise ValueError(
+                f"max_new_tokens as a tensor must hold B={B} positive ints, got {max_new_tokens}"
+            )
+        return src_mask, max_new_tokens.to(src.device)
+    positive_int(max_new_tokens, "max_new_tokens", "tokens to generate")
+    return src_mask, torch.full((B,), max_new_tokens, device=src.device)  # (B,)
 
 # %% ../../notebooks/28_input_checks.ipynb #3efe1b08
 def _check_model(model: nn.Module, src: Tensor, limits: Tensor, **ids: int) -> None:

@@ -34,13 +34,13 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     return pe.to(torch.get_default_dtype())  # (max_len, D)
 
 # %% ../../notebooks/05_positional_encoding.ipynb #c018
-def relative_shift_matrix(k: int, d_model: int) -> Tensor:
-    """Build M_k with PE(pos + k) = M_k @ PE(pos) for every pos: 2x2 rotations by omega_i * k (§3.5)."""
+def relative_shift_matrix(delta: int, d_model: int) -> Tensor:
+    """Build M_Δ with PE(pos + Δ) = M_Δ @ PE(pos) for every pos (Δ = delta): 2x2 rotations by omega_i * Δ (§3.5)."""
     if d_model % 2:
         raise ValueError(
             f"the shift matrix pairs sin with cos columns, so d_model must be even, got d_model={d_model}"
         )
-    theta = k * angular_frequencies(d_model)  # (D/2,)
+    theta = delta * angular_frequencies(d_model)  # (D/2,)
     cos, sin = torch.cos(theta), torch.sin(theta)
     rows = torch.stack([cos, sin], -1), torch.stack([-sin, cos], -1)  # 2 x (D/2, 2)
     blocks = torch.stack(rows, -2)  # (D/2, 2, 2)
