@@ -20,12 +20,12 @@ from torch import Tensor, nn
 from ..validation import positive_int
 from ..model.cache import DecoderCache, KVCache
 from ..model.transformer import Transformer
-from ..decoding.greedy import max_len_from_source
+from ..decoding.greedy import max_new_tokens_from_source
 
 
 MAX_SOURCE_TOKENS = 256  # longest source the page accepts, in subwords (Multi30k's longest: 52)
 # output limit: the source length + 50 of §6.1, read from where greedy and beam search set it
-EXTRA_TARGET_TOKENS = inspect.signature(max_len_from_source).parameters["extra"].default
+EXTRA_TARGET_TOKENS = inspect.signature(max_new_tokens_from_source).parameters["extra"].default
 OPSET = 17  # ONNX operator set; onnxruntime-web runs it
 
 
