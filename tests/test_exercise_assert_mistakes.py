@@ -173,7 +173,7 @@ MISTAKES = {
         ),
     ],
     ("08_feed_forward", "MyConvFeedForward"): [
-        ("a kernel of 3", "kernel_size=1)  # weight (F, D, 1)", "kernel_size=3, padding=1)"),
+        ("a kernel of 3", "kernel_size=1)  # weight (d_ff, D, 1)", "kernel_size=3, padding=1)"),
         ("no ReLU", "torch.relu(self.conv_1(x.transpose(1, 2)))", "self.conv_1(x.transpose(1, 2))"),
         (
             "no transpose on the way out",
