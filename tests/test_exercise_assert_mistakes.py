@@ -408,6 +408,7 @@ LIGHTER = {
         ("ax.hist(counts, bins=bins", skip, "a figure of sentence lengths"),
         ("smalls = list(token_batches(", skip, "a look at small batches"),
         ("bucketed = list(token_batches(", skip, "padding, batched by length or not"),
+        ("for row, (name, batches) in enumerate(", skip, "its picture"),
     ],
     "17_reading_the_model": [
         (
@@ -428,8 +429,6 @@ LIGHTER = {
                 "def head_selector(",
                 "def head_statistics(",
                 'snow = "Schneemobilen"',
-                'EN_DE = book_path("results/multi30k-en-de")',
-                "example = en_pairs[295]",
             )
         ],
     ],
