@@ -23,7 +23,6 @@ STILL_TWICE = {
     name: {"12_training.ipynb", "33_training_engineering.ipynb"}
     for name in (
         "LabelSmoothingLoss",
-        "noam_scheduler",
         "train_step",
     )
 }
