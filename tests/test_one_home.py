@@ -22,7 +22,6 @@ GRADERS_AND_EXPERIMENTS = ("18_", "19_", "20_", "23_", "24_", "25_", "26_", "27_
 STILL_TWICE = {
     name: {"12_training.ipynb", "33_training_engineering.ipynb"}
     for name in (
-        "LabelSmoothingLoss",
         "train_step",
     )
 }
