@@ -20,10 +20,7 @@ GRADERS_AND_EXPERIMENTS = ("18_", "19_", "20_", "23_", "24_", "25_", "26_", "27_
 # Names still written twice, each with the notebooks that define it: the training pieces of chapter 12,
 # whose package versions appendix 33 writes. The list may only shrink; a test below holds it exact.
 STILL_TWICE = {
-    name: {"12_training.ipynb", "33_training_engineering.ipynb"}
-    for name in (
-        "train_step",
-    )
+    name: {"12_training.ipynb", "33_training_engineering.ipynb"} for name in ("train_step",)
 }
 
 
