@@ -30,13 +30,13 @@ import functools
 from ..model.masks import check_tokens
 
 # %% ../../notebooks/33_training_engineering.ipynb #b28c
-_short_init = getattr(Batch.__init__, "__wrapped__", Batch.__init__)  # chapter 12's __init__
+_batch_init = getattr(Batch.__init__, "__wrapped__", Batch.__init__)  # chapter 12's __init__
 
 
-@functools.wraps(_short_init)
-def _checked_init(self, src: Tensor, tgt: Tensor, pad_id: int) -> None:
+@functools.wraps(_batch_init)
+def _checked_batch_init(self, src: Tensor, tgt: Tensor, pad_id: int) -> None:
     _check_batch(src, tgt, pad_id)  # at the edge: before anything is built
-    _short_init(self, src, tgt, pad_id)
+    _batch_init(self, src, tgt, pad_id)
     self.tgt, self.pad_id = tgt, pad_id
     real = self.tgt_in != pad_id  # (B, T)
     # Padding only at the end of every row: the look-ahead mask alone then hides it from every real
@@ -61,7 +61,7 @@ def _repr(self) -> str:
     return f"Batch(B={B}, S={S}, T={self.tgt_in.size(1)}, n_tokens={self.n_tokens})"
 
 
-Batch.__init__ = _checked_init
+Batch.__init__ = _checked_batch_init
 Batch.tgt_mask = property(lambda self: self._tgt_mask, _set_tgt_mask)
 Batch.to, Batch.__repr__ = _to, _repr
 

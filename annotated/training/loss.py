@@ -43,13 +43,13 @@ from annotated.validation import values_are_free
 from annotated.model.masks import check_tokens
 
 # %% ../../notebooks/33_training_engineering.ipynb #l28c
-_short_init = getattr(LabelSmoothingLoss.__init__, "__wrapped__", LabelSmoothingLoss.__init__)  # chapter 12's
+_loss_init = getattr(LabelSmoothingLoss.__init__, "__wrapped__", LabelSmoothingLoss.__init__)  # chapter 12's
 
 
-@functools.wraps(_short_init)
-def _checked_init(self, vocab_size: int, pad_id: int, smoothing: float = 0.1) -> None:
+@functools.wraps(_loss_init)
+def _checked_loss_init(self, vocab_size: int, pad_id: int, smoothing: float = 0.1) -> None:
     _check_settings(vocab_size, pad_id, smoothing)  # once, when the loss is built
-    _short_init(self, vocab_size, pad_id, float(smoothing))
+    _loss_init(self, vocab_size, pad_id, float(smoothing))
     eps = self.smoothing
     # H(q): the lowest loss per real token any model can reach; KL(q || p) = loss - H(q) per token
     # log(rest) as log(eps) - log(n_vocab - 2): eps / (n_vocab - 2) can underflow to 0 for a tiny eps
@@ -76,7 +76,7 @@ def _three_terms(self, logits: Tensor, target: Tensor) -> Tensor:
     return -loss.masked_fill(target[:, 0] == self.pad_id, 0.0).sum()  # padded: not scored
 
 
-LabelSmoothingLoss.__init__, LabelSmoothingLoss.forward = _checked_init, _three_terms
+LabelSmoothingLoss.__init__, LabelSmoothingLoss.forward = _checked_loss_init, _three_terms
 
 # %% ../../notebooks/33_training_engineering.ipynb #l28e
 def _check_settings(vocab_size: int, pad_id: int, smoothing: float) -> None:
