@@ -173,7 +173,7 @@ MISTAKES = {
         ),
     ],
     ("08_feed_forward", "MyConvFeedForward"): [
-        ("a kernel of 3", "kernel_size=1)  # weight (F, D, 1)", "kernel_size=3, padding=1)"),
+        ("a kernel of 3", "kernel_size=1)  # weight (d_ff, D, 1)", "kernel_size=3, padding=1)"),
         ("no ReLU", "torch.relu(self.conv_1(x.transpose(1, 2)))", "self.conv_1(x.transpose(1, 2))"),
         (
             "no transpose on the way out",
@@ -408,6 +408,7 @@ LIGHTER = {
         ("ax.hist(counts, bins=bins", skip, "a figure of sentence lengths"),
         ("smalls = list(token_batches(", skip, "a look at small batches"),
         ("bucketed = list(token_batches(", skip, "padding, batched by length or not"),
+        ("for row, (name, batches) in enumerate(", skip, "its picture"),
     ],
     "17_reading_the_model": [
         (
@@ -428,8 +429,6 @@ LIGHTER = {
                 "def head_selector(",
                 "def head_statistics(",
                 'snow = "Schneemobilen"',
-                'EN_DE = book_path("results/multi30k-en-de")',
-                "example = en_pairs[295]",
             )
         ],
     ],

@@ -22,9 +22,7 @@ class TransformerConfig:
     d_ff: int = 2048  # inner width of the feed-forward network
     n_heads: int = 8  # h: attention heads, each of width d_k = d_v = d_model / h
     d_k: int | None = None  # Table 3 (B): the heads' query and key width; None: d_model / h
-    dropout: float = (
-        0.1  # P_drop: on sub-layer outputs, on embeddings + encodings, on attention weights
-    )
+    dropout: float = 0.1  # P_drop: sub-layer outputs, embeddings + encodings, attention weights, FFN hidden
     max_len: int = 5000  # longest sequence the positional encoding covers
     norm_first: bool = False  # False: post-LN, as in the paper; True: pre-LN
     learned_positions: bool = False  # Table 3 (E): learned position embeddings instead of sinusoids

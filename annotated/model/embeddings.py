@@ -18,7 +18,7 @@ class Embeddings(nn.Module):
     def __init__(self, vocab_size: int, d_model: int):
         super().__init__()
         self.vocab_size, self.d_model = vocab_size, d_model
-        self.lut = nn.Embedding(vocab_size, d_model)  # row t is the vector of token t
+        self.lut = nn.Embedding(vocab_size, d_model)  # row i: the vector of token id i
 
     def forward(self, tokens: Tensor) -> Tensor:
         return self.lut(tokens) * math.sqrt(self.d_model)  # (B, L, D)

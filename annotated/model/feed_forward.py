@@ -6,7 +6,7 @@
 __all__ = ['PositionwiseFeedForward']
 
 # %% ../../notebooks/08_feed_forward.ipynb #837e9832
-# Shapes: B batch, L sequence length (S or T), D d_model, F d_ff.
+# Shapes: B batch, L sequence length (S or T), D d_model, d_ff the inner width.
 import torch
 from torch import Tensor, nn
 
@@ -25,5 +25,5 @@ class PositionwiseFeedForward(nn.Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        hidden = self.dropout(torch.relu(self.w_1(x)))  # (B, L, F)
+        hidden = self.dropout(torch.relu(self.w_1(x)))  # (B, L, d_ff)
         return self.w_2(hidden)  # (B, L, D)

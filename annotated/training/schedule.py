@@ -26,8 +26,21 @@ def make_optimizer(
     """Build Adam with the paper's betas and eps; lr=1.0 leaves the rate to the schedule (§5.3)."""
     return torch.optim.Adam(model.parameters(), lr=lr, betas=betas, eps=eps)
 
+
+def noam_scheduler(optimizer, d_model: int, warmup: int, factor: float = 1.0) -> LambdaLR:
+    """Set the optimizer's learning rate to factor * noam_lr, one step per update (§5.3)."""
+    return LambdaLR(optimizer, lambda done: factor * noam_lr(done + 1, d_model, warmup))  # done counts from 0
+
+# %% ../../notebooks/33_training_engineering.ipynb #s28b
+import functools
+import inspect
+
 # %% ../../notebooks/33_training_engineering.ipynb #s28d
-def noam_scheduler(
+_eq3_scheduler = getattr(noam_scheduler, "__wrapped__", noam_scheduler)  # chapter 12's
+
+
+@functools.wraps(_eq3_scheduler, assigned=("__name__", "__qualname__", "__doc__"))  # its own parameters
+def _scheduler(
     optimizer: torch.optim.Optimizer,
     d_model: int,
     warmup: int,
@@ -35,7 +48,6 @@ def noam_scheduler(
     hold_peak: bool = False,  # True: no warm-up, the peak rate from update 1 until `warmup`
     decay_to: int | None = None,  # after the peak, fall linearly to 0 at this update (not Eq. 3)
 ) -> LambdaLR:
-    """Set the optimizer's learning rate to factor * noam_lr, one step per update (§5.3)."""
     noam_lr(1, d_model, warmup)  # check the arguments now rather than at the first step
     if not factor > 0:
         raise ValueError(f"factor must be > 0, got {factor!r}")
@@ -48,8 +60,10 @@ def noam_scheduler(
             )
     if decay_to is not None and not (type(decay_to) is int and decay_to > warmup):
         raise ValueError(f"decay_to must be an int > warmup ({warmup}), got {decay_to!r}")
+    if not hold_peak and decay_to is None:
+        return _eq3_scheduler(optimizer, d_model, warmup, factor)  # the paper's schedule
     # LambdaLR counts from 0 (at construction); update k uses the rate of step k. Holding the peak
-    # (an ablation: notebook 20, Table 3 in notebook 18) gives updates before `warmup` the rate of `warmup`.
+    # gives updates before `warmup` the rate of `warmup`.
     first, peak = (warmup if hold_peak else 1), noam_lr(warmup, d_model, warmup)
 
     def rate(last: int) -> float:
@@ -59,6 +73,10 @@ def noam_scheduler(
         return factor * peak * max(decay_to - step, 0) / (decay_to - warmup)  # a line down to 0
 
     return LambdaLR(optimizer, rate)
+
+
+_scheduler.__signature__ = inspect.signature(_scheduler, follow_wrapped=False)  # help() shows them
+noam_scheduler = _scheduler
 
 # %% ../../notebooks/33_training_engineering.ipynb #s28f
 def schedule_rates(updates: int, d_model: int, warmup: int, **options) -> list[float]:
