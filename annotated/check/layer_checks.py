@@ -141,7 +141,7 @@ def positional_encoding(fn: Callable) -> Report:
 def _ff_reference(m):
     linears = [x for x in m.modules() if isinstance(x, nn.Linear)]
     if [tuple(x.weight.shape) for x in linears] != [(D_FF, D), (D, D_FF)]:
-        raise NotApplicable("the module does not keep W_1, W_2 as nn.Linear(D, F), nn.Linear(F, D)")
+        raise NotApplicable("the module does not keep W_1, W_2 as nn.Linear(D, d_ff), nn.Linear(d_ff, D)")
     W_1, W_2 = linears
     x = torch.randn(B, T, D)
     expect_close(m(x), W_2(torch.relu(W_1(x))), "output against max(0, x W_1 + b_1) W_2 + b_2")

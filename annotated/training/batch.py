@@ -39,7 +39,7 @@ def _checked_batch_init(self, src: Tensor, tgt: Tensor, pad_id: int) -> None:
     _batch_init(self, src, tgt, pad_id)
     self.tgt, self.pad_id = tgt, pad_id
     real = self.tgt_in != pad_id  # (B, T)
-    # Padding only at the end of every row: the look-ahead mask alone then hides it from every real
+    # Padding only at the end of every row: the causal mask alone then hides it from every real
     # query, and the fused kernel can apply that mask itself (is_causal) without reading one.
     self.causal_only = bool((real[:, 1:] <= real[:, :-1]).all())
 

@@ -90,8 +90,7 @@ class Checkpoint:
 # %% ../../notebooks/21_checkpoints.ipynb #c038
 # bytes of the pickled part: 0.1 MiB for the paper's base model with Adam's state, plus about 20 bytes
 # per update of loss curve (2 MiB after the base model's 100K updates, 6 MiB after the big one's 300K).
-# Unpickling can hold ~36 times the bytes: a crafted pickle's two bytes `}a` build a 64-byte empty dict
-# and its 8-byte slot in a list. The cap stays small.
+# Unpickling can hold ~36 times the bytes (`}a`: a 64-byte empty dict and its 8-byte list slot).
 _MAX_PICKLE = 2**24
 
 
