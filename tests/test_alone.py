@@ -17,12 +17,15 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
+import uuid
 import venv
 from pathlib import Path
 
 import nbformat
 import pytest
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,6 +86,15 @@ def alone(tmp_path_factory) -> dict[str, str]:
     server.shutdown()
 
 
+def kernel_manager() -> AsyncKernelManager:
+    """The kernel talks over Unix sockets where there are some (see the root conftest.py: TCP ports
+    picked free can be taken by another worker's kernel before they are bound)."""
+    if os.name == "nt":
+        return AsyncKernelManager(kernel_name=KERNEL)
+    sockets = Path(tempfile.gettempdir()) / f"kernel-{uuid.uuid4().hex[:12]}"  # absolute: see there
+    return AsyncKernelManager(kernel_name=KERNEL, transport="ipc", ip=str(sockets))
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_alone(notebook, alone, tmp_path, monkeypatch):
     for name, value in alone.items():
@@ -92,7 +104,7 @@ def test_notebook_runs_alone(notebook, alone, tmp_path, monkeypatch):
     shutil.copy(notebook, folder / notebook.name)
     nb = nbformat.read(folder / notebook.name, as_version=4)
     client = NotebookClient(
-        nb, kernel_name=KERNEL, timeout=900, resources={"metadata": {"path": str(folder)}}
+        nb, km=kernel_manager(), timeout=900, resources={"metadata": {"path": str(folder)}}
     )
     client.execute()
     code = [c for c in nb.cells if c.cell_type == "code"]
@@ -111,7 +123,7 @@ def test_the_kernel_sees_the_wheel_not_this_checkout(alone, tmp_path, monkeypatc
         ]
     )
     NotebookClient(
-        nb, kernel_name=KERNEL, resources={"metadata": {"path": str(tmp_path)}}
+        nb, km=kernel_manager(), resources={"metadata": {"path": str(tmp_path)}}
     ).execute()
     printed = nb.cells[0].outputs[0]["text"].splitlines()
     assert not Path(printed[0]).is_relative_to(ROOT) and printed[1] == "None", printed
