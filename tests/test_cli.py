@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 from cli_helpers import TINY
-from conftest import DATA
 
 import annotated.app.cli as cli
 from annotated.app import build_parser, main, with_task_defaults
 from annotated.data import token_batches
 from annotated.model import TransformerConfig
 from annotated.training import load_checkpoint
+from conftest import DATA
 
 ROOT = Path(__file__).resolve().parents[1]
 

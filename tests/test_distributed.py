@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import random_batch
 
 from annotated.app import main
 from annotated.model import make_model
 from annotated.training import Batch, LabelSmoothingLoss, train_step
+from conftest import random_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 PAD, BOS, V = 0, 1, 10

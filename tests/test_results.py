@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DATA
 
 from annotated.app import load_for_inference
 from annotated.data import decode, encode, load_multi30k
 from annotated.decoding import corpus_bleu, corpus_chrf, tokenized_bleu, translate_ids
+from conftest import DATA
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = {"de-en": ROOT / "results" / "multi30k", "en-de": ROOT / "results" / "multi30k-en-de"}

@@ -6,7 +6,6 @@ import zipfile
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import random_batch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +25,7 @@ from annotated.training import (
     schedule_rates,
     train_step,
 )
+from conftest import random_batch
 
 PAD, BOS, V = 0, 1, 10
 TINY = {"n_layers": 1, "d_model": 16, "d_ff": 32, "n_heads": 2}
