@@ -208,7 +208,7 @@ def _enc_permutation(m):
     expect_close(m(x[:, p], None), m(x, None)[:, p], "positions reordered")
     return "without positional encodings, reordering the input reorders the output alike"
 
-
+# %% ../../notebooks/25_check_model.ipynb #b2e5d1a9
 def encoder_layer(factory: Callable, norm_first: bool = False, final_norm: bool = False) -> Report:
     """Grade `factory(d_model, n_heads, d_ff)` -> module(x, mask) -> (B, S, D) (§3.1).
 

@@ -37,7 +37,7 @@ from annotated.check.framework import (
 from annotated.check.layer_checks import closed_form_encoding, is_layer_normalised
 from annotated.check.wiring import model_wiring, wiring
 
-
+# %% ../../notebooks/25_check_model.ipynb #b2e5d1ab
 def _dec_inputs() -> tuple[Tensor, Tensor, Tensor, Tensor]:
     x, memory = sequences()
     return x, memory, hide_last(3), causal(T)  # x, memory, src_mask (B,1,1,S), tgt_mask (1,1,T,T)
@@ -193,7 +193,7 @@ def _model_embedding_scale(m):
         )
     return "the stack receives sqrt(d_model) * embedding + positional encoding on both sides"
 
-
+# %% ../../notebooks/25_check_model.ipynb #b2e5d1b0
 def model(factory: Callable, norm_first: bool = False) -> Report:
     """Grade `factory(src_vocab, tgt_vocab)` -> module(src, tgt, src_mask, tgt_mask) -> (B, T, n_vocab) (§3).
 
