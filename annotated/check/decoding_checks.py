@@ -97,7 +97,7 @@ def _gd_reference(subject):
     )
     return "writes what the package's greedy_decode writes"
 
-
+# %% ../../notebooks/27_check_decoding.ipynb #c006b
 def _gd_argmax(subject):
     fn, model = subject
     src, src_mask = decode_inputs()
@@ -143,7 +143,7 @@ def _gd_after_eos(subject):
     )
     return "after EOS a sentence only pads, and decoding stops when every sentence has ended"
 
-
+# %% ../../notebooks/27_check_decoding.ipynb #c007b
 def _gd_pad(subject):
     fn, model = subject
     src, src_mask = decode_inputs()

@@ -106,7 +106,7 @@ def loss_of(factory, pad_id: int, smoothing: float, logits: Tensor, target: Tens
 def reference_loss(pad_id: int, smoothing: float, logits: Tensor, target: Tensor) -> Tensor:
     return LabelSmoothingLoss(N_VOCAB, pad_id, smoothing)(logits.double(), target)  # in float64
 
-
+# %% ../../notebooks/26_check_training.ipynb #c012b
 def _ls_reference(factory):
     for pad_id in (0, 4):  # a loss that hard-codes pad 0 fails with 4
         for smoothing in (0.1, 0.3):
@@ -163,7 +163,7 @@ def _ls_minimum(factory):
     )
     return "the gradient vanishes where the model predicts the smoothed target: its minimum"
 
-
+# %% ../../notebooks/26_check_training.ipynb #c013b
 def _ls_large_logits(factory):
     logits, target = loss_inputs(0, scale=1e4)  # a confident model: exp underflows to 0
     got = loss_of(factory, 0, 0.1, logits, target)
@@ -225,7 +225,7 @@ def _lr_closed_form(fn):
             )
     return "equals d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)"
 
-
+# %% ../../notebooks/26_check_training.ipynb #c020b
 def _lr_peak(fn):
     rates = [rate_at(fn, step, 32, 20) for step in range(1, 61)]
     top = 1 + max(range(60), key=rates.__getitem__)
@@ -260,7 +260,7 @@ def _lr_decay(fn):
         )
     return "after the warm-up, four times the step halves the rate"
 
-
+# %% ../../notebooks/26_check_training.ipynb #c020c
 def _lr_step_zero(fn):
     try:
         got = fn(0, 32, 20)
