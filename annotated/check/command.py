@@ -48,7 +48,7 @@ def check_named(piece: str) -> Callable:
     """The check called `piece`."""
     return CHECKS[piece]
 
-
+# %% ../../notebooks/23_grading.ipynb #dc6c290f
 def target_file(target: str, folder: str | Path = ".") -> tuple[Path, str]:
     """The file and the name of `path/to/file.py:name` (relative: from `folder`), once it exists."""
     path, sep, name = target.rpartition(":")

@@ -36,7 +36,7 @@ from annotated.check.framework import (
     with_common,
 )
 
-
+# %% ../../notebooks/24_check.ipynb #64d731b5
 def reference_multi_head(linears: list[nn.Linear], query, key, value, mask=None) -> Tensor:
     """Multi-head attention (§3.2.2) computed with the given W_q, W_k, W_v, W_o."""
     W_q, W_k, W_v, W_o = linears

@@ -23,7 +23,7 @@ STARTUP = 120.0  # seconds a child may take to import torch and the graders, bef
 KEPT = 2**20  # bytes of each of the child's output streams passed on
 MEMORY = 4 * 2**30  # bytes of address space the code may add to the child's (Linux only)
 
-
+# %% ../../notebooks/23_grading.ipynb #c7fd0565
 def run_apart(function: str, job: dict, timeout: float) -> "Apart":
     """Run `function(job)` in a child process, in a scratch folder, with time and memory limits.
 
@@ -119,7 +119,7 @@ class Apart(NamedTuple):
             event = f"exited with status {self.status}"
         return f"{event} while {self.stage or 'starting'}"
 
-
+# %% ../../notebooks/23_grading.ipynb #7ad98f57
 def _collected(stream) -> Callable[[], str]:
     """Read a child's stream to its end in a thread, keeping its first KEPT bytes; its text."""
     kept, size = [], [0]
