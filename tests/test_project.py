@@ -175,9 +175,8 @@ STRETCH = (
     60  # lines of code an appendix shows in a row, with no prose between (STYLE.md rule 4: 40)
 )
 LONG_YET = {  # appendices not yet broken up; each must still have a long stretch, so this list shrinks
-   
     "33_training_engineering",
-}  # fmt: skip
+}
 
 
 def appendices() -> list[Path]:
