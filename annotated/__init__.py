@@ -124,7 +124,7 @@ def __dir__() -> list[str]:
 
 # Modules of the flat layout (before the package was split by role) and where their code lives now.
 MOVED = {
-    "attention": "annotated.model.attention",
+    "attention": "annotated.model.scaled_dot_product",
     "masks": "annotated.model.masks",
     "multi_head": "annotated.model.multi_head (the cache: annotated.model.cache)",
     "positional": "annotated.model.positional (Dropout: annotated.model.dropout)",

@@ -158,7 +158,9 @@ def test_every_module_is_short_and_opens_with_a_docstring(name):
         if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
         and (ast.get_docstring(node) or "\n").splitlines()[0] == doc.splitlines()[0]
     ]
-    assert not borrowed, f"{name}'s docstring is the first line of {borrowed[0]}'s: say what it holds"
+    assert not borrowed, (
+        f"{name}'s docstring is the first line of {borrowed[0]}'s: say what it holds"
+    )
 
 
 def test_each_role_re_exports_what_its_modules_export():
@@ -212,3 +214,30 @@ def test_a_name_that_left_training_says_where_it_lives_now():
 def test_a_module_of_the_flat_layout_names_its_new_home():
     with pytest.raises(ModuleNotFoundError, match="import from annotated.model.multi_head"):
         import annotated.multi_head  # noqa: F401
+
+
+def test_no_module_is_hidden_by_a_name_of_its_package():
+    """`import annotated.model.masks as m` gives the module, never a function the package exports."""
+    import importlib
+    import types
+
+    hidden = [
+        name
+        for name in modules()
+        if modules()[name].name not in ("__init__.py", "__main__.py")
+        for package, _, leaf in [name.rpartition(".")]
+        if not isinstance(
+            getattr(importlib.import_module(package), leaf, importlib.import_module(name)),
+            types.ModuleType,
+        )
+    ]
+    assert not hidden, f"hidden by a name of their package: {hidden}"
+
+
+def test_the_attention_module_s_old_name_still_imports():
+    import annotated.model
+    from annotated.model.attention import check_mask
+    from annotated.model.scaled_dot_product import check_mask as moved
+
+    assert check_mask is moved and callable(annotated.model.attention)
+    assert not isinstance(annotated.model.attention, type(annotated.model))

@@ -324,9 +324,9 @@ def test_scale_attention_reaches_every_attention_layer():
 
 
 def test_masks_are_checked_once_at_the_edge_and_the_layers_trust_them(monkeypatch):
-    from importlib import import_module  # `import a.model.attention` would give the function
+    from importlib import import_module
 
-    check_mask = import_module("annotated.model.attention").check_mask
+    check_mask = import_module("annotated.model.scaled_dot_product").check_mask
 
     calls = []
 
@@ -334,7 +334,7 @@ def test_masks_are_checked_once_at_the_edge_and_the_layers_trust_them(monkeypatc
         calls.append(name)
         return check_mask(mask, shape, name)
 
-    for module in ("annotated.model.edge", "annotated.model.attention"):
+    for module in ("annotated.model.edge", "annotated.model.scaled_dot_product"):
         monkeypatch.setattr(import_module(module), "check_mask", counting)
     model = make_model(11, 11, n_layers=3, d_model=16, d_ff=32, n_heads=2, dropout=0.0)
     src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])

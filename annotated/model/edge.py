@@ -11,7 +11,7 @@ __all__ = []
 import torch
 from torch import Tensor
 
-from annotated.model.attention import check_mask
+from annotated.model.scaled_dot_product import check_mask
 from annotated.validation import check_token_ids, values_are_free
 
 

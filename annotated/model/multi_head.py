@@ -10,7 +10,7 @@ __all__ = ['MultiHeadAttention', 'split_weights']
 import torch
 from torch import Tensor, nn
 
-from .attention import attention
+from .scaled_dot_product import attention
 from .masks import causal_mask
 from ..validation import positive_int
 
