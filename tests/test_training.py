@@ -526,6 +526,9 @@ def test_gradient_clipping_bounds_the_update():
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     train_step(model, LabelSmoothingLoss(V, PAD), optimizer, [big], clip_norm=1e-3)
     assert (flat_params(model) - before).norm() <= 1e-3 * (1 + 1e-4)
+    before = flat_params(model)  # the clipping hook lasts one call: the next update is not clipped
+    train_step(model, LabelSmoothingLoss(V, PAD), optimizer, [big])
+    assert (flat_params(model) - before).norm() > 1e-2
 
 
 def test_train_step_and_trainer_bad_input():
