@@ -174,9 +174,6 @@ def test_main_chapters_are_short_and_end_with_a_summary():
 STRETCH = (
     60  # lines of code an appendix shows in a row, with no prose between (STYLE.md rule 4: 40)
 )
-LONG_YET = {  # appendices not yet broken up; each must still have a long stretch, so this list shrinks
-    "33_training_engineering",
-}
 
 
 def appendices() -> list[Path]:
@@ -219,19 +216,13 @@ def test_the_stretch_counter_counts_code_between_prose():
 
 
 def test_appendix_code_comes_in_short_stretches_with_prose_between():
-    found = {path.stem for path in appendices()}
-    assert LONG_YET <= found and len(found) > 10
+    assert len(appendices()) > 10
     for path in appendices():
         long = [s for s in code_stretches(json.loads(path.read_text())["cells"]) if s[0] > STRETCH]
-        if path.stem in LONG_YET:
-            assert long, (
-                f"{path.stem} has no stretch over {STRETCH} lines now: take it off LONG_YET"
-            )
-        else:
-            assert not long, (
-                f"{path.name}: {STRETCH}+ lines of code without prose between, from cell "
-                + ", ".join(f"{i} ({n} lines)" for n, i in long)
-            )
+        assert not long, (
+            f"{path.name}: {STRETCH}+ lines of code without prose between, from cell "
+            + ", ".join(f"{i} ({n} lines)" for n, i in long)
+        )
 
 
 def test_table3_rows_replace_the_budget_options_they_change():
