@@ -392,6 +392,19 @@ def test_nothing_shows_before_the_first_translation(browser, site_url: str) -> N
     page.close()
 
 
+def test_the_page_states_what_it_downloads(site_url: str) -> None:
+    """The sizes book/translate.md gives (MB = 10**6 bytes) are those of the files the site serves."""
+    text = (ROOT / "book" / "translate.md").read_text(encoding="utf-8")
+    stated_model = int(re.search(r"about (\d+) MB of weights", text).group(1))
+    stated_wasm = int(re.search(r"the (\d+) MB WebAssembly build", text).group(1))
+    served = HTML / "translator"
+    for direction in DIRECTIONS:  # the encoder's and the decoder step's ONNX files
+        weights = sum(p.stat().st_size for p in (served / "model" / direction).glob("*.onnx"))
+        assert weights and round(weights / 1e6) == stated_model, (direction, weights)
+    wasm = (served / "ort-wasm-simd-threaded.wasm").stat().st_size
+    assert round(wasm / 1e6) == stated_wasm, wasm
+
+
 def test_the_landing_page_example_is_the_models_translation(python_model) -> None:
     """The example on the landing page is what the model really says (greedy, as the page runs)."""
     page = (HTML / "index.html").read_text(encoding="utf-8")
