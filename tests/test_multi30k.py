@@ -3,9 +3,12 @@
 import gzip
 import hashlib
 import io
+import json
 import os
+import re
 import shutil
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +151,13 @@ def test_download_verifies_against_the_checksum_table(monkeypatch, tmp_path):
     download_multi30k_file("val.de.gz", tmp_path / "sub" / "val.de.gz")
     assert (tmp_path / "sub" / "val.de.gz").read_bytes() == payload
     assert [p.name for p in (tmp_path / "sub").iterdir()] == ["val.de.gz"]
+
+
+def test_the_book_states_the_download_size_of_the_files(data_dir):
+    """Chapter 16 and appendix 29 say how much a reader downloads: the files' total, in MB."""
+    total = sum((data_dir / name).stat().st_size for name in MULTI30K_SHA256) / 1e6
+    for name in ("16_translation.ipynb", "29_multi30k_data.ipynb"):
+        path = Path(__file__).resolve().parents[1] / "notebooks" / name
+        text = "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
+        stated = [float(mb) for mb in re.findall(r"([\d.]+) MB", text)]
+        assert stated and all(mb == round(total, 1) for mb in stated), (name, stated, total)
