@@ -6,7 +6,7 @@
 __all__ = ['layer_norm', 'positional_encoding', 'feed_forward', 'encoder_layer']
 
 # %% ../../notebooks/25_check_model.ipynb #c002
-# Shapes: B batch, T target length, S source length, D d_model, F d_ff.
+# Shapes: B batch, T target length, S source length, D d_model.
 import copy
 from collections.abc import Callable
 

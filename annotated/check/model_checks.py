@@ -6,7 +6,7 @@
 __all__ = ['decoder_layer', 'model']
 
 # %% ../../notebooks/25_check_model.ipynb #c024
-# Shapes: B batch, T target length, S source length, D d_model, F d_ff, n_vocab vocabulary size.
+# Shapes: B batch, T target length, S source length, D d_model, n_vocab vocabulary size.
 import math
 from collections import Counter
 from collections.abc import Callable

@@ -6,7 +6,7 @@
 __all__ = ['wiring', 'model_wiring']
 
 # %% ../../notebooks/25_check_model.ipynb #d60ebab2
-# Shapes: B batch, L length (T or S), D d_model, F d_ff.
+# Shapes: B batch, L length (T or S), D d_model.
 from collections.abc import Callable
 from typing import NamedTuple
 

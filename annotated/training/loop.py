@@ -53,7 +53,7 @@ from .batch import Batch
 def _update_tokens(batches: list[Batch], n_tokens: int | None, world_size: int) -> int:
     """Check and return the loss's denominator: the real target tokens of the whole update."""
     positive_int(world_size, "world_size")
-    own = sum(b.n_tokens for b in batches)  # k micro-batches count as 1 big one
+    own = sum(b.n_tokens for b in batches)  # the micro-batches count as one big batch
     if n_tokens is None and world_size > 1:
         raise ValueError(
             f"n_tokens must be given when world_size={world_size} > 1: the real target tokens "
