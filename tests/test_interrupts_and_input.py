@@ -32,6 +32,16 @@ RUN = importlib.import_module("annotated.app.run")  # the module, not its functi
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
+def sigint_as_python_sets_it() -> None:
+    """In the child: SIGINT at its default, so that Python installs its Ctrl-C handler. A process
+    started in the background by a non-interactive shell (`nohup`, `cmd &`) inherits SIGINT ignored,
+    and Python leaves an ignored SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+CHILD_SIGINT = {"preexec_fn": sigint_as_python_sets_it} if os.name == "posix" else {}
+
+
 def start(*args, stdin=None) -> subprocess.Popen:
     """`python -m annotated ARGS` in a fresh process on one thread, its output read line by line."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
@@ -41,7 +51,7 @@ def start(*args, stdin=None) -> subprocess.Popen:
     command = [sys.executable, "-m", "annotated", *map(str, args)]
     return subprocess.Popen(
         command, cwd=ROOT, env=env, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        encoding="utf-8",
+        encoding="utf-8", **CHILD_SIGINT,
     )  # fmt: skip
 
 
@@ -316,7 +326,7 @@ def test_sigint_while_importing_torch_exits_130_quietly():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-c", INTERRUPTED_IMPORT], cwd=ROOT, env=env, capture_output=True,
-        text=True, timeout=120,
+        text=True, timeout=120, **CHILD_SIGINT,
     )  # fmt: skip
     assert (done.returncode, done.stdout, done.stderr) == (130, "", "")
 
