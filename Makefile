@@ -140,6 +140,7 @@ test-pdf: pdf
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_attention.py
+	$(BIN)/python benchmarks/bench_decode.py
 	$(BIN)/python benchmarks/bench_loss.py
 	$(BIN)/python benchmarks/bench_train.py
 	$(BIN)/python benchmarks/bench_recipe.py

@@ -3,7 +3,7 @@
 Prints a table with the median time of each and their ratio (ours / PyTorch's; target <= 1.0), then a
 second table: our causal self-attention given the (1, 1, T, T) mask tensor against `is_causal=True`, the
 fused kernel's own causal path (what `Transformer(..., tgt_is_causal=True)` uses), and their ratio
-(is_causal / mask; below 1.0: the fused path is faster). A benchmark prints; it never fails. Usage: python benchmarks/bench_attention.py [--repeats N]
+(is_causal / mask; below 1.0: the fused path is faster). A benchmark prints; it never fails. Usage: python benchmarks/bench_attention.py [--repeats N] [--tiny]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ SHAPES = [  # (B, T, d_model, heads)
     (64, 32, 256, 8),
     (8, 256, 512, 8),
 ]
+TINY = [(2, 8, 16, 2)]  # --tiny: what the suite runs to see the script still works
 
 
 def copy_weights(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
@@ -46,13 +47,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10, help="timed runs per case (median)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--tiny", action="store_true", help="one tiny shape (a smoke test)")
     args = parser.parse_args()
+    shapes = TINY if args.tiny else SHAPES
     device = torch.device(args.device)
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}")
     print(
         f"{'B':>4} {'T':>4} {'D':>4} {'H':>2} {'mask':>6} {'ours ms':>9} {'torch ms':>9} {'ratio':>6}"
     )
-    for B, T, D, H in SHAPES:
+    for B, T, D, H in shapes:
         torch.manual_seed(0)
         ours = MultiHeadAttention(D, H, dropout=0.0).to(device)
         theirs = nn.MultiheadAttention(D, H, dropout=0.0, batch_first=True).to(device)
@@ -73,14 +76,14 @@ def main() -> None:
             a, b = min(t_ours), min(t_theirs)
             label = "causal" if masked else "none"
             print(f"{B:>4} {T:>4} {D:>4} {H:>2} {label:>6} {a:9.2f} {b:9.2f} {a / b:6.2f}")
-    causal_via_mask_or_flag(args.repeats, device)
+    causal_via_mask_or_flag(shapes, args.repeats, device)
 
 
-def causal_via_mask_or_flag(repeats: int, device: torch.device) -> None:
+def causal_via_mask_or_flag(shapes: list, repeats: int, device: torch.device) -> None:
     """Our layer's causal self-attention: the mask tensor against the fused kernel's is_causal."""
     print("\ncausal self-attention, forward + backward: mask tensor vs is_causal=True")
     print(f"{'B':>4} {'T':>4} {'D':>4} {'H':>2} {'mask ms':>9} {'causal ms':>9} {'ratio':>6}")
-    for B, T, D, H in SHAPES:
+    for B, T, D, H in shapes:
         torch.manual_seed(0)
         layer = MultiHeadAttention(D, H, dropout=0.0).to(device)
         x = torch.randn(B, T, D, device=device, requires_grad=True)

@@ -79,7 +79,7 @@ def main() -> None:
     batches, vocab = recipe_batches(args.data_dir, warm + args.updates, recipe["max_tokens"])
     assert all(b.causal_only for b in batches), "Multi30k batches are padded at their ends"
     torch.manual_seed(0)
-    config = run_config(recipe).model_overrides()  # every model field the preset sets
+    config = run_config(recipe).model.overrides()  # every model field the preset sets
     base = make_model(vocab, vocab, shared_vocab=True, **config)
     masked = [with_mask(b) for b in batches]
     variants = {

@@ -6,7 +6,7 @@ parameters and do the same work. Prints the median step time
 of each and the ratio (ours / PyTorch's; target <= 1.0), for ours twice: with the decoder's
 (B, 1, T, T) mask, and with the fused causal path that train_step takes for batches padded at their ends
 (`tgt_is_causal`). A benchmark prints; it never fails.
-Usage: python benchmarks/bench_train.py [--repeats N] [--device cpu|cuda]
+Usage: python benchmarks/bench_train.py [--repeats N] [--device cpu|cuda] [--tiny]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ CONFIGS = [  # (d_model, heads, d_ff, layers, batch, length)
     (256, 8, 1024, 3, 32, 32),
     (512, 8, 2048, 2, 16, 64),
 ]
+TINY = [(16, 2, 32, 1, 2, 8)]  # --tiny: what the suite runs to see the script still works
 VOCAB, PAD = 8000, 0
 
 
@@ -77,6 +78,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=25, help="timed steps per model (median)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--tiny", action="store_true", help="one tiny model (a smoke test)")
     args = parser.parse_args()
     device = torch.device(args.device)
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}")
@@ -84,7 +86,7 @@ def main() -> None:
         f"{'d_model':>7} {'layers':>6} {'B x T':>8} {'ours ms':>9} {'torch ms':>9} {'ratio':>6}"
         f" {'causal ms':>9} {'ratio':>6}"
     )
-    for d, h, f, n, batch, length in CONFIGS:
+    for d, h, f, n, batch, length in TINY if args.tiny else CONFIGS:
         torch.manual_seed(0)
         ours = make_model(VOCAB, VOCAB, d_model=d, n_heads=h, d_ff=f, n_layers=n, shared_vocab=True)
         ours = ours.to(device).train()
