@@ -1,16 +1,21 @@
 # The two commands a newcomer needs (see README.md):
-#   make book   set up, export the package, execute the notebooks, build the HTML book
-#   make test   set up, then every check CI runs
-# Everything installs itself into .venv with the exact pins of constraints.txt.
+#   make book   set up, export the package, render the HTML book from the notebooks' stored outputs
+#   make test   set up, then lint, export drift, the unit tests, every notebook under nbval, the book
+#               and a browser smoke test
+# make check is the quick loop before a commit; .ci/run adds the slower tiers (test-sweep, test-dist,
+# test-portable, test-pdf). Everything installs itself into .venv with the exact pins of constraints.txt.
+# Each command prints how long it took (START is read once, when make starts).
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 HTML   := book/_build/html/index.html
+START  := $(shell date +%s)
+TOOK    = $$(( $$(date +%s) - $(START) )) s
 
-.PHONY: book test install export run-notebook check-export lint lint-workflows test-suite test-unit test-notebooks \
-	test-dist book-check test-browser test-pdf pdf test-alone test-portable test-latest bench repo-url clean
+.PHONY: book html test check install export run-notebook check-export lint lint-workflows test-suite test-unit \
+	test-notebooks test-dist test-browser test-sweep test-pdf pdf test-portable test-latest bench repo-url clean
 
 # Multi30k: the copy beside the clone (../shared/data/multi30k, as CI has it) when there is one;
 # otherwise the loader downloads the files once into ~/.cache/annotated (appendix 29).
@@ -29,15 +34,25 @@ NBVAL    := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
 # workers fill two cores without contending; the stored outputs hold on one thread (test-portable).
 WORKERS  := env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 XDIST    := -n auto --maxprocesses 4 --dist loadfile
-SUITE    := tests notebooks -m "not browser and not dist and not alone and not pdf"
+UNIT     := -m "not browser and not dist and not pdf"
+SUITE    := tests notebooks $(UNIT)
 
-book: $(STAMP) export
+book: $(STAMP) export html
+	@echo "The book: $(abspath $(HTML)) (make book took $(TOOK))"
+
+# Render the notebooks' stored outputs (those nbval checks), executing nothing; warnings are errors.
+html: $(STAMP)
 	$(BIN)/python book/build_assets.py
 	$(BIN)/jupyter-book build book --keep-going -W
-	@echo "The book: $(abspath $(HTML))"
 
-test: $(STAMP) check-export lint lint-workflows test-suite book-check test-browser
-	@echo "make test: all checks passed"
+test: $(STAMP) check-export lint lint-workflows test-suite html test-browser
+	@echo "make test: all checks passed in $(TOOK)"
+
+# The quick loop before a commit (about a minute on a warm tree): lint, export drift, the unit tests
+# not marked slow. It does not execute the notebooks; make test does.
+check: $(STAMP) lint check-export
+	$(WORKERS) $(BIN)/pytest -n auto --dist loadfile tests -m "not slow and not browser and not dist and not pdf"
+	@echo "make check: passed in $(TOOK)"
 
 install: $(STAMP)
 
@@ -83,7 +98,7 @@ test-suite: $(STAMP)
 	$(WORKERS) $(BIN)/pytest $(XDIST) $(NBVAL) $(SUITE)
 
 test-unit: $(STAMP)
-	$(BIN)/pytest tests -m "not browser and not dist and not alone and not pdf"
+	$(BIN)/pytest tests $(UNIT)
 
 test-notebooks: $(STAMP)
 	$(BIN)/pytest $(NBVAL) notebooks
@@ -93,16 +108,15 @@ test-notebooks: $(STAMP)
 test-dist: $(STAMP)
 	$(BIN)/pytest tests -m dist
 
-# Every notebook alone, as Colab runs it: the wheel in a fresh virtualenv, each notebook copied into
-# an empty folder and run top to bottom, the book's files downloaded from this checkout served on
-# 127.0.0.1 (tests/test_alone.py; CI runs it after make test).
-test-alone: $(STAMP)
-	$(WORKERS) $(BIN)/pytest -n auto --maxprocesses 4 --dist load tests -m alone
-
-# The unit tests and every stored notebook output again, computed as another CPU would compute them.
+# Every notebook alone, as Colab runs it, and computed as another CPU would compute it: the wheel in a
+# fresh virtualenv, each notebook copied into an empty folder, the book's files downloaded from this
+# checkout served on 127.0.0.1, PyTorch's scalar kernels on one thread (tools/portable_env.py shows
+# which settings change results here), and every stored output compared by nbval (tools/run_alone.py).
+# The unit tests assert with tolerances and do not run again. CI runs it after make test.
 test-portable: $(STAMP)
 	$(BIN)/python tools/portable_env.py --check
-	$(PORTABLE) $(BIN)/pytest $(XDIST) $(NBVAL) $(SUITE)
+	$(PORTABLE) $(BIN)/python tools/run_alone.py
+	@echo "make test-portable: passed in $(TOOK)"
 
 # What a Colab or Binder reader gets: the newest release of every dependency (no constraints file),
 # the unit tests, and every notebook executed (outputs not compared). On a machine whose pip would
@@ -115,23 +129,23 @@ test-latest:
 	$(LATEST)/bin/python -m pip install --quiet --upgrade -e ".[dev]"
 	$(LATEST)/bin/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3"
 	$(LATEST)/bin/python -m pip list --format=freeze | grep -iE "^(torch|numpy|matplotlib|altair|pandas|tokenizers|sacrebleu|nbval|pytest)=="
-	$(LATEST)/bin/pytest tests -m "not browser and not dist and not alone and not pdf"
+	$(LATEST)/bin/pytest tests -m "not browser and not dist and not pdf"
 	$(LATEST)/bin/pytest --nbval-lax --nbval-current-env notebooks
 
-# nbval has just re-executed every notebook and matched its stored outputs, so the check build
-# renders those outputs without executing them again; warnings are errors.
-book-check: $(STAMP)
-	$(BIN)/python book/build_assets.py
-	$(BIN)/jupyter-book build book --keep-going -W --config book/_config_noexec.yml
-
+# A browser smoke test (make test): the landing page, two chapters and the translator, light and
+# dark, at 1,366 and 390 px, with the accessibility audit. test-sweep (CI) opens every other page too.
 test-browser: $(STAMP)
-	$(BIN)/pytest tests -m browser
+	$(BIN)/pytest tests -m "browser and not sweep"
+
+test-sweep: $(STAMP)
+	$(BIN)/pytest -n auto --dist load tests -m "browser and sweep"
 
 # The book as one PDF, book/_build/pdf/annotated.pdf: each page of the HTML build printed by Chromium
 # in reading order, with a contents page, bookmarks and page numbers (tools/book_pdf.py). The release
 # workflow attaches it to each release.
 PDF := book/_build/pdf/annotated.pdf
-pdf: book-check
+pdf: $(STAMP)
+	test -f $(HTML) || $(MAKE) html
 	$(BIN)/python tools/book_pdf.py --out $(PDF)
 
 # Build the PDF, then check it: its length, its chapters in order, no untypeset LaTeX (tests/test_pdf.py).

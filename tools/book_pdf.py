@@ -1,6 +1,6 @@
 """Print the built book as one PDF (`make pdf`): every page of book/_toc.yml, in its order.
 
-The HTML build (`make book-check`) is served on 127.0.0.1, so the book's own MathJax and vega load
+The HTML build (`make html`) is served on 127.0.0.1, so the book's own MathJax and vega load
 as they do on the site; nothing is requested from another host. Debian's Chromium, driven by
 Playwright, opens each page, waits until MathJax has typeset every equation and vega has drawn every
 chart, opens the long outputs the site folds, and prints the page with the book's print style
@@ -449,7 +449,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     if not (HTML / "index.html").exists():
-        raise SystemExit(f"{HTML.relative_to(ROOT)} is not built: run `make book-check` first")
+        raise SystemExit(f"{HTML.relative_to(ROOT)} is not built: run `make html` first")
     entries = [e for e in toc_entries() if not args.only or re.search(args.only, e.docname)]
     start = time.monotonic()
     server, url = serve(HTML)

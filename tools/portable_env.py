@@ -1,6 +1,6 @@
 """Show which environment variables change PyTorch's CPU arithmetic in this build.
 
-`make test-portable` runs the tests under settings that make this machine compute the way an older or
+`make test-portable` runs the notebooks under settings that make this machine compute the way an older or
 different CPU would. This script shows which settings are not a no-op here: it runs the same small
 computations (a float32 matrix product through BLAS, and 20 training updates of a tiny Transformer)
 in a fresh process per setting and prints whether the results differ, bit for bit, from the defaults.
