@@ -388,6 +388,7 @@ def solutions(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_cli_passes_a_correct_file(solutions, capsys):
     assert main(["check", "attention", f"{solutions / 'good.py'}:my_attention"]) == 0
     out = capsys.readouterr().out
@@ -405,12 +406,14 @@ def test_cli_passes_a_correct_file(solutions, capsys):
     )
 
 
+@pytest.mark.slow
 def test_cli_fails_a_buggy_file_and_names_the_property(solutions, capsys):
     assert main(["check", "attention", f"{solutions / 'buggy.py'}:my_attention"]) == 1
     out = capsys.readouterr().out
     assert "FAIL  scaled_by_sqrt_dk" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, says",
     [
@@ -434,6 +437,7 @@ def test_cli_rejects_an_unknown_piece_in_one_line(solutions, capsys):
     assert len(err.splitlines()) == 1 and "invalid choice: 'atention'" in err
 
 
+@pytest.mark.slow
 def test_python_dash_m_annotated_check_exits_non_zero_on_a_bug(solutions):
     buggy = subprocess.run(
         [
@@ -464,6 +468,7 @@ def clamped(step, d_model, warmup):
 """
 
 
+@pytest.mark.slow
 def test_cli_grades_the_training_pieces(tmp_path, capsys):
     (tmp_path / "rates.py").write_text(textwrap.dedent(RATES))
     assert main(["check", "learning_rate", f"{tmp_path / 'rates.py'}:noam"]) == 0

@@ -117,6 +117,7 @@ def test_run_errors_are_one_line(capsys, tmp_path, args, message):
     assert err.count("\n") == 1 and err.startswith("error: ") and message in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -134,6 +135,7 @@ def test_errors_from_the_real_command(args, message):
 # ---- End to end ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_train_copy_end_to_end(tmp_path):
     done = run_cli("train", "--task", "copy", "--steps", "2", "--out", tmp_path, *TINY)
     assert done.returncode == 0, done.stderr
@@ -188,6 +190,7 @@ def multi30k_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_train_multi30k_writes_checkpoint_tokenizer_results(multi30k_run):
     names = sorted(p.name for p in multi30k_run.iterdir())
     assert names == ["checkpoint.pt", "manifest.json", "results.json", "tokenizer.json"]
@@ -196,6 +199,7 @@ def test_train_multi30k_writes_checkpoint_tokenizer_results(multi30k_run):
     assert results["val"]["perplexity"] > 1 and "test" not in results
 
 
+@pytest.mark.slow
 def test_multi30k_defaults_and_weight_averaging(multi30k_run, tmp_path):
     first = json.loads((multi30k_run / "results.json").read_text())
     assert first["config"]["embedding_init"] == "normal"  # the task's default
@@ -231,6 +235,7 @@ def test_evaluate_a_saved_model(multi30k_run, capsys):
         assert 0 <= result[key]["chrf"] <= 100 and "nc:6" in result[key]["chrf_signature"]
 
 
+@pytest.mark.slow
 def test_translate_from_arguments_and_stdin(multi30k_run):
     ckpt = multi30k_run / "checkpoint.pt"
     done = run_cli(

@@ -61,6 +61,7 @@ def test_a_split_in_either_direction():
         load_multi30k("val", DATA, direction="de-fr")
 
 
+@pytest.mark.slow
 def test_the_run_records_its_direction(en_de_run):
     results = json.loads((en_de_run / "results.json").read_text())
     assert results["task"] == "multi30k en-de" and results["training"]["direction"] == "en-de"
@@ -152,6 +153,7 @@ def test_a_bad_direction_is_one_line(capsys, command):
     assert "argument --direction: invalid choice: 'fr-en' (choose from 'de-en', 'en-de')" in err
 
 
+@pytest.mark.slow
 def test_either_direction_trains_the_same_tokenizer(en_de_run, tmp_path, capsys):
     """The shared vocabulary is learned from both sides: a German->English run's tokenizer serves too."""
     other = tmp_path / "de-en"
@@ -169,6 +171,7 @@ def test_either_direction_trains_the_same_tokenizer(en_de_run, tmp_path, capsys)
     assert main([str(a) for a in (*command, "--beam", "1", "A dog.")]) == 0
 
 
+@pytest.mark.slow
 def test_resuming_a_run_saved_before_the_option_keeps_german_to_english(tmp_path, capsys):
     need_data()
     out = tmp_path / "old"

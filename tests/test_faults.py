@@ -145,6 +145,7 @@ def same_weights(a: Path, b: Path) -> bool:
     return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.name != "posix", reason="SIGTERM ends a Windows process outright")
 def test_sigterm_saves_and_resume_ends_where_an_uninterrupted_run_ends(capsys, tmp_path):
     """A real process, stopped by SIGTERM mid-run, then resumed: the same end, bit for bit."""

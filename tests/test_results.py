@@ -52,6 +52,7 @@ def test_committed_scores_are_those_of_the_committed_translations(direction, spl
         assert [s["translation"] for s in got["samples"]] == hyps[: len(got["samples"])]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("direction", RUNS)
 def test_the_checkpoint_writes_the_committed_greedy_translations(direction):
     model, tok, trained = load_for_inference(
