@@ -2,9 +2,13 @@
 
 Marked `dist` (run by `make test-dist`): it builds into a temporary folder and installs the wheel,
 with its dependencies at the pinned versions, into a fresh virtualenv outside the repository.
+With ANNOTATED_WHEEL=path/to/annotated_transformer-*.whl (CI's wheel job builds them once), it checks
+that wheel and the sdist beside it instead of building its own.
 """
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -16,7 +20,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NAME = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+NAME = PROJECT["name"]
+WHEEL_ENV = "ANNOTATED_WHEEL"  # a wheel built already (CI's wheel job), its sdist beside it
 
 pytestmark = pytest.mark.dist
 
@@ -27,9 +33,25 @@ def run(*args: str, cwd: Path = ROOT) -> str:
     return done.stdout
 
 
+def given_files(wheel: Path, out: Path) -> Path:
+    """Copy a given wheel and the sdist of the same name and version beside it into `out`."""
+    stem = "-".join(wheel.name.split("-")[:2])  # annotated_transformer-0.1.0
+    sdist = wheel.with_name(f"{stem}.tar.gz")
+    assert wheel.is_file(), f"{WHEEL_ENV}={wheel}: no such file"
+    assert sdist.is_file(), f"{WHEEL_ENV}={wheel}: no sdist {sdist.name} beside it"
+    expected = f"{NAME.replace('-', '_')}-{PROJECT['version']}"
+    assert stem == expected, f"{WHEEL_ENV}={wheel} is not this checkout's {expected}"
+    for path in (wheel, sdist):  # only these two, whatever else their folder holds
+        shutil.copy(path, out)
+    return out
+
+
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
+    """A folder holding one sdist and one wheel: the given ones, or built from this checkout."""
     out = tmp_path_factory.mktemp("dist")
+    if given := os.environ.get(WHEEL_ENV):
+        return given_files(Path(given).resolve(), out)
     run(sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT))
     return out
 

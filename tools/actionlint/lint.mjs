@@ -9,9 +9,11 @@ if (files.length === 0) {
   console.error("usage: node lint.mjs WORKFLOW.yml [...]");
   process.exit(2);
 }
-const lint = await createLinter();
 let findings = 0;
 for (const file of files) {
+  // A fresh linter per file: one linter reused over several files stops with "RuntimeError:
+  // unreachable" inside the WebAssembly module once their total size grows.
+  const lint = await createLinter();
   for (const r of lint(await readFile(file, "utf8"), file)) {
     console.log(`${file}:${r.line}:${r.column}: ${r.message} [${r.kind}]`);
     findings += 1;
