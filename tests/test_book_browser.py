@@ -2,7 +2,10 @@
 
 Every page of book/_toc.yml (so every page the book gains is checked too) is loaded from a local
 server on 127.0.0.1, twice: at 1366 px wide (the HTTP cache on) and at 390 px (a phone; the cache
-off, so each load transfers the whole page). A page fails when:
+off, so each load transfers the whole page). The tests come in two tiers: the smoke tier (`make
+test-browser`, part of `make test`, about a minute) opens the SMOKE pages (the landing page, chapters
+04 and 12, the translator); every other page's tests are marked `sweep` (`make test-sweep`, in CI,
+spread over pytest-xdist workers). A page fails when:
 
 * it requests anything from another host, has a local request that fails, or logs a console error;
 * its equations (MathJax) or altair charts (vega-embed) do not render, or MathJax reports a TeX error;
@@ -15,13 +18,14 @@ off, so each load transfers the whole page). A page fails when:
   exceeds the budget: 1.5 MB for the landing page, 3 MB for any other page.
 
 Every page is also audited with axe-core (the accessibility engine of browsers' developer tools,
-from npm: `npm ci` in book/translator installs it), in light and in dark mode: a page fails on any
-violation, whatever its impact, unless the rule is in AXE_ACCEPTED with the reason it cannot be fixed
-from the book's side.
+from npm: `npm ci` in book/translator installs it), at both widths, in light and in dark mode once
+the colours have settled (transitions off): a page fails on any violation, whatever its impact,
+unless the rule is in AXE_ACCEPTED with the reason it cannot be fixed from the book's side.
 
 It also checks the favicon, dark mode and the search page, and writes screenshots of the landing
 page and chapters 04, 12 and 17 at both widths to artifacts/screenshots/ (git-ignored). The book
-must be built first (`make book` or `make book-check`).
+must be built first: `make html` renders the notebooks' stored outputs (about a minute, executing
+nothing), `make book` also sets up and exports the package.
 """
 
 from __future__ import annotations
@@ -85,6 +89,14 @@ def toc_pages(toc: Path = BOOK / "_toc.yml") -> list[str]:
 
 PAGES = toc_pages()
 LANDING = PAGES[0]
+# The smoke tier's pages (by docname prefix, so a renamed chapter stays in): the landing page, a
+# chapter of equations and heatmaps (04), a long one with figures and a chart (12), the translator.
+SMOKE = (LANDING, "notebooks/04_", "notebooks/12_", "translate")
+
+
+def tiered(pages: list[str]) -> list:
+    """The pages as test parameters: the smoke pages plain, every other one marked `sweep`."""
+    return [d if d.startswith(SMOKE) else pytest.param(d, marks=pytest.mark.sweep) for d in pages]
 
 
 @functools.cache
@@ -193,7 +205,7 @@ def book_server() -> Iterator[tuple[str, _Server]]:
     if not (HTML / "index.html").exists():
         pytest.fail(
             f"the book is not built: {HTML.relative_to(ROOT)}/index.html is missing. Build it first "
-            "(make book, or make book-check)"
+            "(make html, or make book)"
         )
     handler = functools.partial(_Handler, directory=str(HTML))
     server = _Server((LOCAL_HOST, 0), handler)
@@ -453,6 +465,36 @@ UNCAPTIONED_FIGURES = """() => [...document.querySelectorAll('main article figur
   .map(f => f.outerHTML.slice(0, 100))"""
 
 
+# The theme fades colours over 0.15 to 0.3 s when the mode changes: read during the fade, contrast
+# is neither mode's (axe once found 2 to 13 mid-fade nodes a run). So the switch turns transitions
+# and animations off first, then waits until no animation runs: every colour read is the final one.
+NO_TRANSITIONS = (
+    "*, *::before, *::after { transition: none !important; animation: none !important; }"
+)
+SWITCH_THEME = """([mode, css]) => {
+  if (!document.getElementById('no-transitions')) {
+    const style = document.createElement('style');
+    style.id = 'no-transitions';
+    style.textContent = css;
+    document.head.append(style);
+  }
+  document.documentElement.dataset.theme = mode;
+}"""
+# (An endless animation a script started would never finish: it is not waited for.)
+SETTLED = """mode => document.documentElement.dataset.theme === mode
+  && document.getAnimations().every(a => a.playState !== 'running'
+                                         || a.effect.getComputedTiming().endTime === Infinity)"""
+
+
+def set_theme(page, mode: str) -> None:
+    """Switch a loaded page to light or dark mode as the theme's switch does; let it settle."""
+    # The theme's script in <head> sets data-mode (and data-theme) from the reader's last choice:
+    # switching before it ran would be undone.
+    page.wait_for_function("() => !!document.documentElement.dataset.mode")
+    page.evaluate(SWITCH_THEME, [mode, NO_TRANSITIONS])
+    page.wait_for_function(SETTLED, arg=mode, polling="raf")
+
+
 # Each violation of axe-core's rules as "impact rule-id: target (how to fix, shortened)".
 AXE_RUN = """async rules => {
   const options = {resultTypes: ['violations']};
@@ -463,12 +505,6 @@ AXE_RUN = """async rules => {
       .slice(0, 300)));
 }"""
 
-# The theme fades colours in over a few hundred milliseconds when the mode changes: measured during
-# the fade, contrast is neither mode's. The audit turns transitions off before it switches.
-NO_TRANSITIONS = (
-    "*, *::before, *::after { transition: none !important; animation: none !important; }"
-)
-
 
 def axe_audit(page, docname: str) -> None:
     """Fail on any axe-core violation on the page as loaded, in light mode and in dark mode."""
@@ -478,17 +514,24 @@ def axe_audit(page, docname: str) -> None:
         )
     if not page.evaluate("typeof axe !== 'undefined'"):
         page.add_script_tag(path=str(AXE))
-    page.add_style_tag(content=NO_TRANSITIONS)
     found = []
     for mode, rules in (("light", None), ("dark", AXE_COLOUR_RULES)):
         set_theme(page, mode)
         found += [f"{mode}: {v}" for v in page.evaluate(AXE_RUN, rules)
                   if v.split()[1].rstrip(":") not in AXE_ACCEPTED]  # fmt: skip
     set_theme(page, "light")
-    assert not found, f"{docname}: {len(found)} accessibility violation(s) (axe-core): {found[:8]}"
+    width = page.viewport_size["width"]
+    assert not found, (
+        f"{docname} at {width} px: {len(found)} accessibility violation(s) (axe-core): {found[:8]}"
+    )
 
 
-@pytest.mark.parametrize("docname", PAGES)
+def test_the_smoke_pages_exist() -> None:
+    missing = [prefix for prefix in SMOKE if not any(d.startswith(prefix) for d in PAGES)]
+    assert not missing, f"no page of _toc.yml starts with {missing}: name the new docnames in SMOKE"
+
+
+@pytest.mark.parametrize("docname", tiered(PAGES))
 def test_desktop(desktop: PageLog, book_url: str, docname: str) -> None:
     """At 1366 px: renders offline without errors, fits its column, one search box, alt texts."""
     page = desktop.page
@@ -529,7 +572,7 @@ def test_desktop(desktop: PageLog, book_url: str, docname: str) -> None:
     axe_audit(page, docname)
 
 
-@pytest.mark.parametrize("docname", PAGES)
+@pytest.mark.parametrize("docname", tiered(PAGES))
 def test_phone(phone: PageLog, book_server, docname: str) -> None:
     """At 390 px, uncached: within the weight budget, no sideways scroll, a working menu."""
     url, server = book_server
@@ -561,16 +604,19 @@ def test_phone(phone: PageLog, book_server, docname: str) -> None:
     assert not wide, f"{docname}: equations wider than the column at 390 px: {wide}"
     boxes = page.evaluate(VISIBLE_SEARCH_BOXES)
     assert len(boxes) == 1, f"{docname}: {len(boxes)} visible search boxes at 390 px: {boxes}"
+    axe_audit(page, docname)  # the phone shows its own buttons (menu, search icon), the drawer shut
 
-    # The menu button opens the navigation drawer with the chapter list in view.
+    # The menu button opens the navigation drawer with the chapter list in view, and the theme moves
+    # the focus into it (100 ms later), where Escape closes it.
     drawer = page.locator(".bd-sidebar-primary")
     assert drawer.bounding_box()["x"] + drawer.bounding_box()["width"] <= 0, (
         f"{docname}: the navigation drawer is open before the menu is pressed"
     )
     page.locator(".primary-toggle:visible").first.click()
     page.wait_for_function(
-        "() => { const r = document.querySelector('.bd-sidebar-primary').getBoundingClientRect();"
-        " return r.left >= 0 && r.width > 200; }",
+        "() => { const drawer = document.querySelector('.bd-sidebar-primary');"
+        " const r = drawer.getBoundingClientRect();"
+        " return r.left >= 0 && r.width > 200 && drawer.contains(document.activeElement); }",
         timeout=3_000,
     )
     assert page.locator(".bd-sidebar-primary nav a:visible").count() >= 3, (
@@ -614,12 +660,11 @@ def test_site_features(desktop: PageLog, book_url: str) -> None:
     assert icon, "the landing page declares no favicon"
     assert page.request.get(icon).ok, f"the favicon {icon} does not load"
 
-    page.evaluate("document.documentElement.dataset.theme = 'dark'")
-    page.wait_for_timeout(100)
+    set_theme(page, "dark")
     background = page.evaluate("getComputedStyle(document.body).backgroundColor")
     channels = [int(c) for c in re.findall(r"\d+", background)[:3]]
     assert sum(channels) < 3 * 80, f"dark mode left the page background at {background}"
-    page.evaluate("document.documentElement.dataset.theme = 'light'")
+    set_theme(page, "light")
 
     # "softmax" sits next to TeX on many pages: the snippets must read as text, not TeX source.
     page.goto(f"{book_url}/search.html?q=softmax", wait_until="load")
@@ -634,15 +679,24 @@ def test_site_features(desktop: PageLog, book_url: str) -> None:
     desktop.assert_clean("search.html")
 
 
-def test_old_addresses_open_the_renumbered_chapters(desktop: PageLog, book_url: str) -> None:
+RENAMED = yaml.safe_load((BOOK / "renamed.yml").read_text(encoding="utf-8"))  # old name -> new
+
+
+# The smoke tier follows the first old address, the sweep every other one.
+@pytest.mark.parametrize(
+    "old", [old if i == 0 else pytest.param(old, marks=pytest.mark.sweep)
+            for i, old in enumerate(RENAMED)],
+)  # fmt: skip
+def test_an_old_address_opens_the_renumbered_chapter(
+    desktop: PageLog, book_url: str, old: str
+) -> None:
     """A link made before the renumbering (book/renamed.yml) opens the chapter, at the same section."""
-    page = desktop.page
-    renamed = yaml.safe_load((BOOK / "renamed.yml").read_text(encoding="utf-8"))
-    for old, new in renamed.items():
-        page.goto(f"{book_url}/notebooks/{old}.html#summary", wait_until="commit")
-        page.wait_for_url(f"**/notebooks/{new}.html#summary", timeout=RENDER_TIMEOUT_MS)
-        page.wait_for_load_state("load")
-        assert page.title().startswith(f"{new[:2]} · "), f"{old}: {page.title()}"
+    page, new = desktop.page, RENAMED[old]
+    page.goto(f"{book_url}/notebooks/{old}.html#summary", wait_until="commit")
+    # The title is in the new page's <head>: no need to wait for its images and equations.
+    page.wait_for_url(f"**/notebooks/{new}.html#summary", wait_until="domcontentloaded",
+                      timeout=RENDER_TIMEOUT_MS)  # fmt: skip
+    assert page.title().startswith(f"{new[:2]} · "), f"{old}: {page.title()}"
 
 
 SEARCH_RESULTS = """() => [...document.querySelectorAll('#search-results li')].map(li => ({
@@ -742,11 +796,6 @@ REPORT_RESULTS = """() => {
   return {wrapped: rows.filter(r => lines(r.querySelector('td:nth-child(2)')) > 1).map(r => r.textContent.slice(0, 50)),
           pass: pass && look(pass), fail: fail && look(fail)};
 }"""
-
-
-def set_theme(page, mode: str) -> None:
-    page.evaluate(f"document.documentElement.dataset.theme = '{mode}'")
-    page.wait_for_timeout(50)
 
 
 def test_report_tables_on_a_desktop(desktop: PageLog, book_url: str) -> None:

@@ -5,7 +5,8 @@ German, with onnxruntime-web, each loaded only when the reader first translates 
 both directions its greedy translations of validation sentences must equal `python -m annotated
 translate --beam 1`, word for word; awkward input must end in a translation or a clear message. Any
 request that leaves the local server, any failed local request and any console error fails the test.
-The book must be built first (the Makefile does). TRANSLATOR_SENTENCES=200 compares more sentences
+The book must be built first (the Makefile does). The greedy comparison over many sentences is in
+the sweep tier (marked `sweep`: make test-sweep); TRANSLATOR_SENTENCES=200 compares more sentences
 per direction (default 60).
 """
 
@@ -135,6 +136,9 @@ def python_translation(python_model, text: str, beam: int = 1) -> str:
     return decode(tok, ids)
 
 
+# Sixty sentences a direction take about 50 s: the sweep's (make test-sweep). The smoke tier still
+# compares the landing page's example and five beam searches a direction with Python's output.
+@pytest.mark.sweep
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_greedy_equals_python(translator, validation, python_models, direction, capsys) -> None:
     page, log = translator
