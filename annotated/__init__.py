@@ -9,10 +9,6 @@ this file and each role's `__init__.py`, written by hand, re-export the public A
 """
 
 import importlib
-import importlib.abc
-import importlib.util
-import sys
-import warnings
 
 __all__ = [
     # attention (chapters 02-04; the layer the model runs: appendix 35)
@@ -121,70 +117,3 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
-
-# Modules of the flat layout (before the package was split by role) and where their code lives now.
-MOVED = {
-    "attention": "annotated.model.scaled_dot_product",
-    "masks": "annotated.model.masks",
-    "multi_head": "annotated.model.multi_head (the cache: annotated.model.cache)",
-    "positional": "annotated.model.positional (Dropout: annotated.model.dropout)",
-    "embeddings": "annotated.model.embeddings",
-    "norm": "annotated.model.norm",
-    "feed_forward": "annotated.model.feed_forward",
-    "encoder": "annotated.model.encoder",
-    "decoder": "annotated.model.decoder",
-    "checkpoint": "annotated.training.checkpoint (atomic_write: annotated.files)",
-    "copy_task": "annotated.data.copy_task and annotated.decoding.copy_task",
-    "evaluation": "annotated.decoding.evaluation",
-    "multi30k": "annotated.data.multi30k",
-    "checks": "annotated.validation",
-    "grading": "annotated.check.framework and annotated.check.command",
-    "check_model": "annotated.check.layer_checks and annotated.check.model_checks",
-    "check_training": "annotated.check.training_checks",
-    "check_decoding": "annotated.check.decoding_checks",
-    "tasks": "annotated.app.tasks (each task: annotated.app.copy_task, annotated.app.multi30k_task), annotated.app.config and annotated.app.run",
-    "inference": "annotated.app.inference",
-    "onnx_export": "annotated.app.onnx_export and annotated.app.onnx_graphs",
-    "cli": "annotated.app.cli and annotated.app.parser",
-}
-
-
-# Modules that moved whole, to another role: the old path still imports, with a warning naming the new one.
-RENAMED = {
-    "annotated.training.runs": "annotated.runs",  # split into runs.records and runs.folder
-    "annotated.training.processes": "annotated.runs.processes",
-    "annotated.training.interrupts": "annotated.runs.interrupts",
-    "annotated.training.folder_lock": "annotated.runs.folder_lock",
-    "annotated.training.snapshot_files": "annotated.runs.snapshot_files",
-}
-
-
-class _Alias(importlib.abc.Loader):
-    """Fill the old module with the new one's names, and say where they live now."""
-
-    def __init__(self, new: str):
-        self.new = new
-
-    def exec_module(self, module) -> None:
-        warnings.warn(f"{module.__name__} moved to {self.new}: import from there", FutureWarning, stacklevel=2)
-        new = importlib.import_module(self.new)
-        module.__dict__.update({k: v for k, v in vars(new).items() if not k.startswith("__")})
-        module.__doc__ = f"Moved to {self.new}; this name of it stays for old imports."
-
-
-class _MovedFinder(importlib.abc.MetaPathFinder):
-    """Answer `import annotated.multi_head` and the like with where that module lives now."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname in RENAMED:
-            return importlib.util.spec_from_loader(fullname, _Alias(RENAMED[fullname]))
-        package, _, name = fullname.partition(".")
-        if package == "annotated" and name in MOVED:
-            raise ModuleNotFoundError(
-                f"{fullname} was split by role: import from {MOVED[name]} (or from annotated)",
-                name=fullname,
-            )
-        return None
-
-
-sys.meta_path.append(_MovedFinder())

@@ -679,26 +679,6 @@ def test_site_features(desktop: PageLog, book_url: str) -> None:
     desktop.assert_clean("search.html")
 
 
-RENAMED = yaml.safe_load((BOOK / "renamed.yml").read_text(encoding="utf-8"))  # old name -> new
-
-
-# The smoke tier follows the first old address, the sweep every other one.
-@pytest.mark.parametrize(
-    "old", [old if i == 0 else pytest.param(old, marks=pytest.mark.sweep)
-            for i, old in enumerate(RENAMED)],
-)  # fmt: skip
-def test_an_old_address_opens_the_renumbered_chapter(
-    desktop: PageLog, book_url: str, old: str
-) -> None:
-    """A link made before the renumbering (book/renamed.yml) opens the chapter, at the same section."""
-    page, new = desktop.page, RENAMED[old]
-    page.goto(f"{book_url}/notebooks/{old}.html#summary", wait_until="commit")
-    # The title is in the new page's <head>: no need to wait for its images and equations.
-    page.wait_for_url(f"**/notebooks/{new}.html#summary", wait_until="domcontentloaded",
-                      timeout=RENDER_TIMEOUT_MS)  # fmt: skip
-    assert page.title().startswith(f"{new[:2]} · "), f"{old}: {page.title()}"
-
-
 SEARCH_RESULTS = """() => [...document.querySelectorAll('#search-results li')].map(li => ({
   title: li.querySelector('a').textContent, snippet: (li.querySelector('.context') || {}).textContent || ''}))"""
 

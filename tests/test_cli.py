@@ -246,13 +246,13 @@ def test_translate_from_arguments_and_stdin(multi30k_run):
     assert len(lines) == 3 and lines[0] and lines[1] == "" and lines[2]  # one per input line
 
 
-# ---- The option -> RunConfig mapping, presets, old option names ---------------------------------
+# ---- The option -> RunConfig mapping and presets ---------------------------------
 
-# Every option `train` accepted before the run configuration was derived from TransformerConfig.
-OLD_TRAIN_OPTIONS = {
+# An option of each kind `train` takes: the model's, the run's and each task's.
+TRAIN_OPTIONS = {
     "--task": "copy", "--out": "x", "--results": "x.json", "--steps": "3", "--minutes": "1.5",
     "--n-layers": "1", "--d-model": "16", "--d-ff": "32", "--n-heads": "2", "--dropout": "0.2",
-    "--norm-first": None, "--learned-positions": None, "--no-scale": None,
+    "--norm-first": None, "--learned-positions": None, "--no-scale-attention": None,
     "--embedding-init": "normal", "--label-smoothing": "0.2", "--warmup": "7", "--lr-factor": "2",
     "--eval-every": "5", "--log-every": "6", "--average": "3", "--save-every": "4", "--seed": "9",
     "--device": "cpu", "--max-tokens": "512", "--vocab-size": "300", "--beam": "2", "--alpha": "0.5",
@@ -267,8 +267,8 @@ def train_config(*args):
     return run_config(vars(build_parser().parse_args(["train", *args])))
 
 
-def test_old_option_names_still_work_and_reach_the_config():
-    argv = [a for flag, value in OLD_TRAIN_OPTIONS.items() for a in (flag, value) if a is not None]
+def test_train_options_reach_the_config():
+    argv = [a for flag, value in TRAIN_OPTIONS.items() for a in (flag, value) if a is not None]
     cfg = train_config(*argv)
     assert (cfg.run.task, cfg.run.steps, cfg.run.minutes, cfg.run.results) == (
         "copy",
@@ -357,7 +357,7 @@ def test_every_model_field_is_an_option_and_the_defaults_are_the_papers():
         "normal",
         200,
     )
-    assert train_config("--no-scale-attention").model.scale_attention is False  # the new name too
+    assert train_config("--no-scale-attention").model.scale_attention is False
     assert train_config("--no-tie-output").model.overrides() == {"tie_output": False}
     narrow = train_config("--d-k", "4", "--learned-positions", "--position-init", "sinusoid")
     assert narrow.model.overrides() == {

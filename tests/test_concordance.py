@@ -92,7 +92,7 @@ def test_decoding_and_averaging_defaults_are_the_papers():
     limits = [getattr(decoding, n) for n in decoding.__all__ if n.endswith("_from_source")]
     assert limits, "a function should give the default decoding limit"
     src = torch.tensor([[5, 6, 7, 0], [5, 6, 7, 8]])
-    for limit in limits:  # the function, and its old name if it keeps one
+    for limit in limits:
         assert limit(src, annotated.padding_mask(src, pad_id=0)).tolist() == [53, 54]
     # Averaging: the last 5 snapshots, unless a run asks otherwise.
     assert annotated.RunConfig().run.average == 5

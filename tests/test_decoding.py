@@ -16,7 +16,6 @@ from annotated.decoding import (
     beam_search,
     greedy_decode,
     length_penalty,
-    max_len_from_source,
     max_new_tokens_from_source,
     next_token_logits,
     score_sequences,
@@ -304,24 +303,6 @@ def test_max_new_tokens_from_source_is_source_length_plus_50():
     src, src_mask = random_source(S=7)
     assert max_new_tokens_from_source(src, src_mask).tolist() == [57, 57, 55, 57, 57]
     assert max_new_tokens_from_source(src, None, extra=3).tolist() == [10] * 5
-    assert max_len_from_source is max_new_tokens_from_source  # the old name
-
-
-def test_max_len_is_still_accepted_as_the_old_name_of_max_new_tokens(capsys):
-    """Code written before the rename passes max_len=; it decodes the same, and prints nothing."""
-    model = random_model()
-    src, src_mask = random_source()
-    ids = dict(bos_id=BOS, eos_id=EOS, pad_id=PAD)
-    new = greedy_decode(model, src, src_mask, max_new_tokens=4, **ids)
-    assert torch.equal(greedy_decode(model, src, src_mask, max_len=4, **ids), new)
-    assert new.size(1) == 1 + 4 or (new == EOS).any(-1).all()
-    beams = beam_search(model, src, src_mask, max_new_tokens=3, **ids)
-    assert torch.equal(beam_search(model, src, src_mask, max_len=3, **ids), beams)
-    assert torch.equal(beam_search(model, src, src_mask, 4, 0.6, 3, **ids), beams)  # positional
-    assert capsys.readouterr() == ("", "")  # no warning printed
-    for decode in (greedy_decode, beam_search):
-        with pytest.raises(TypeError, match="not both"):
-            decode(model, src, src_mask, max_len=3, max_new_tokens=3, **ids)
 
 
 def test_greedy_output_form_and_per_sentence_limits():

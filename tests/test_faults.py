@@ -287,7 +287,6 @@ def test_writes_never_follow_a_planted_link(tmp_path, tok):
 
 
 def test_a_new_run_removes_stale_temporaries(capsys, tmp_path):
-    (tmp_path / "checkpoint.pt.tmp").write_bytes(b"x" * 100)  # the old fixed name
     (tmp_path / ".checkpoint.pt.abc123.tmp").write_bytes(b"x" * 100)  # a killed save's
     assert main([*COPY, "--steps", "1", "--out", str(tmp_path)]) == 0
     assert "removed the temporary files" in capsys.readouterr().out

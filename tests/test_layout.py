@@ -185,37 +185,6 @@ def test_each_role_re_exports_what_its_modules_export():
             )
 
 
-def test_old_paths_of_the_run_machinery_still_import_and_say_where_it_lives():
-    import importlib
-    import sys
-
-    import annotated
-
-    for old, new in annotated.RENAMED.items():
-        sys.modules.pop(old, None)
-        with pytest.warns(FutureWarning, match=f"{old} moved to {new}"):
-            module = importlib.import_module(old)
-        moved = importlib.import_module(new)
-        assert moved.__all__ and all(getattr(module, n) is getattr(moved, n) for n in moved.__all__)
-
-
-def test_a_name_that_left_training_says_where_it_lives_now():
-    import annotated.runs
-    import annotated.training
-
-    assert annotated.training._IN_RUNS <= set(annotated.runs.__all__)
-    assert not annotated.training._IN_RUNS & set(annotated.training.__all__)
-    with pytest.raises(ImportError, match="from annotated.runs import RunFolder"):
-        from annotated.training import RunFolder  # noqa: F401
-    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-        annotated.training.nothing  # noqa: B018
-
-
-def test_a_module_of_the_flat_layout_names_its_new_home():
-    with pytest.raises(ModuleNotFoundError, match="import from annotated.model.multi_head"):
-        import annotated.multi_head  # noqa: F401
-
-
 def test_no_module_is_hidden_by_a_name_of_its_package():
     """`import annotated.model.masks as m` gives the module, never a function the package exports."""
     import importlib
@@ -232,12 +201,3 @@ def test_no_module_is_hidden_by_a_name_of_its_package():
         )
     ]
     assert not hidden, f"hidden by a name of their package: {hidden}"
-
-
-def test_the_attention_module_s_old_name_still_imports():
-    import annotated.model
-    from annotated.model.attention import check_mask
-    from annotated.model.scaled_dot_product import check_mask as moved
-
-    assert check_mask is moved and callable(annotated.model.attention)
-    assert not isinstance(annotated.model.attention, type(annotated.model))

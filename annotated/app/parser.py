@@ -27,7 +27,6 @@ MODEL_HELP = {  # what a model option means, where its name alone does not say i
     "embedding_init": "initialiser of the embedding tables, xavier or normal: N(0, 1/d_model) (chapter 06)",
     "max_len": "longest sequence the positional encoding covers",
 }
-OLD_NAMES = {"scale_attention": ("--no-scale",)}  # option names that earlier versions used
 NOT_IN_PAPER = ("max_len", "position_init")  # defaults the package chose: the paper gives none
 
 class OneLineErrors(argparse.ArgumentParser):
@@ -64,9 +63,8 @@ def add_model_options(train: argparse.ArgumentParser) -> None:
         if f.name in MODEL_HELP:
             note = f"{MODEL_HELP[f.name]}; {note}"
         if f.type is bool and f.default:  # on in the paper: the option turns it off
-            flags = [f"--no-{f.name.replace('_', '-')}", *OLD_NAMES.get(f.name, ())]
-            model.add_argument(*flags, dest=f.name, action="store_const", const=False, default=None,
-                               help=f"model: {f.name} = False ({note})")
+            model.add_argument(f"--no-{f.name.replace('_', '-')}", dest=f.name, action="store_const",
+                               const=False, default=None, help=f"model: {f.name} = False ({note})")
         elif f.type is bool:
             model.add_argument(flag, dest=f.name, action="store_const", const=True, default=None,
                                help=f"model: {f.name} = True ({note})")

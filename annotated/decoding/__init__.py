@@ -7,7 +7,6 @@ re-exports their public names.
 from annotated.decoding.greedy import (
     next_token_logits,
     max_new_tokens_from_source,
-    max_len_from_source,
     greedy_decode,
 )
 from annotated.decoding.beam import length_penalty, beam_search, score_sequences
@@ -26,7 +25,6 @@ from annotated.decoding.copy_task import COPY_MODEL, copy_model, simple_greedy_d
 __all__ = [
     "next_token_logits",
     "max_new_tokens_from_source",
-    "max_len_from_source",
     "greedy_decode",
     "length_penalty",
     "beam_search",

@@ -115,9 +115,3 @@ def score_sequences(
     real = ys[:, 1:] != pad_id  # (B, T)
     return log_p.masked_fill(~real, 0.0).sum(-1) / length_penalty(real.sum(-1), alpha)  # (B,)
 
-
-
-# %% ../../notebooks/28_input_checks.ipynb #0a1d5e04
-from annotated.decoding.greedy import accepts_old_max_len
-
-beam_search = accepts_old_max_len(beam_search)

@@ -8,8 +8,6 @@ Each module is generated from a notebook (its header names which); this file, wr
 re-exports their public names.
 """
 
-import sys
-
 from annotated.model.scaled_dot_product import attention
 from annotated.model.masks import padding_mask, causal_mask
 from annotated.model.cache import KVCache, DecoderCache
@@ -54,7 +52,3 @@ __all__ = [
     "Transformer",
     "make_model",
 ]
-
-# Chapter 02's module was named like its function, which hid it (`annotated.model.attention` is the
-# function); imports from the module's old name still find it.
-sys.modules["annotated.model.attention"] = sys.modules["annotated.model.scaled_dot_product"]

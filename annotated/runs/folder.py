@@ -69,7 +69,6 @@ def remove_stale_temporaries(folder: Path) -> int:
     """Delete the temporary files that a killed save left in a run folder; return how many."""
     stale = [p for name in (*RUN_FILES, MANIFEST) for p in folder.glob(f".{name}.*.tmp")]
     stale += folder.glob(".snapshot-*.pt.*.tmp")  # a weight snapshot's
-    stale += [p for p in folder.glob("*.pt.tmp")]  # the fixed name that older versions used
     for p in stale:
         p.unlink(missing_ok=True)
     return len(stale)

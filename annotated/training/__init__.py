@@ -1,8 +1,8 @@
 """Training (§5): batches, label smoothing, the schedule, the loop, weight averaging and checkpoints.
 
 Each module is generated from a notebook (its header names which); this file, written by hand,
-re-exports their public names. The machinery of a long run (processes, signals, run folders, their
-snapshots and locks) moved to `annotated.runs`; its names asked of this package say so.
+re-exports their public names. The machinery of a long run (processes, signals, run folders,
+their snapshots and locks) is `annotated.runs`.
 """
 
 from annotated.training.batch import Batch
@@ -37,21 +37,3 @@ __all__ = [
     "check_entries",
 ]
 
-
-# The run machinery's names, which this package exported until they moved to `annotated.runs`
-_IN_RUNS = frozenset(
-    "Runtime device_of start_runtime stop_runtime replica_max_diff MANIFEST RUN_FILES should_stop "
-    "git_commit hardware run_record strict write_results Stop Signals writable_folder writable_file "
-    "remove_created remove_stale_temporaries write_manifest check_run_file RunFolder resume_into LOCK "
-    "run_lock read_snapshot".split()
-)
-
-
-def __getattr__(name: str):
-    """Say where a name of the run machinery lives now (this role never imports the runs role)."""
-    if name in _IN_RUNS:
-        raise ImportError(
-            f"annotated.training.{name} moved with the run machinery: from annotated.runs import {name}",
-            name=__name__,
-        )
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
