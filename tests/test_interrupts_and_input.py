@@ -379,7 +379,7 @@ def test_decoding_an_empty_source_names_it():
     with pytest.raises(ValueError, match=message):
         greedy_decode(model, empty, torch.ones(1, 1, 1, 0, dtype=torch.bool), None, **ids)
     with pytest.raises(ValueError, match=message):
-        beam_search(model, empty, None, 2, max_len=5, **ids)
+        beam_search(model, empty, None, 2, max_new_tokens=5, **ids)
 
 
 # ---- 15. --resume compares with the run's own values -----------------------------------------------
