@@ -140,7 +140,7 @@ test-latest:
 # A browser smoke test (make test): the landing page, two chapters and the translator, light and
 # dark, at 1,366 and 390 px, with the accessibility audit. test-sweep (CI) opens every other page too.
 test-browser: $(STAMP)
-	$(BIN)/pytest -n auto --maxprocesses 4 --dist load tests -m "browser and not sweep"
+	$(BIN)/pytest tests -m "browser and not sweep"
 
 test-sweep: $(STAMP)
 	$(BIN)/pytest -n auto --maxprocesses 4 --dist load tests -m "browser and sweep"

@@ -36,6 +36,7 @@ import http.server
 import json
 import os
 import re
+import sys
 import threading
 import time
 import tomllib
@@ -150,6 +151,11 @@ class _Server(http.server.ThreadingHTTPServer):
         with self.lock:
             sent, self.sent = self.sent, []
         return sent
+
+    def handle_error(self, request, client_address) -> None:
+        # A page left before its last file arrived closes the connection under the write: no fault.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
