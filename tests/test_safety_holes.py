@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 from cli_helpers import SENTENCES, TINY, fails
+from filelock import FileLock
 
 from annotated.app import main
 from annotated.data import multi30k, save_tokenizer, train_tokenizer
 from annotated.files import atomic_path, atomic_write, sha256_of
 from annotated.model import make_model
 from annotated.runs import remove_stale_temporaries, write_results
-from annotated.runs.folder_lock import run_lock
+from annotated.runs.folder_lock import HOLDER, LOCK, run_lock
 from annotated.runs.processes import start_runtime
 from annotated.training import CHECKPOINT_FORMAT, Trainer, load_checkpoint, save_checkpoint
 
@@ -330,40 +331,31 @@ def test_a_refused_train_removes_the_folders_its_checks_made(capsys, tmp_path):
     assert "is in use by another run" in err and sorted(tmp_path.iterdir()) == [out]
 
 
-# Issue 39, item 3: the run-folder lock on Windows, where there is no flock
+# Issue 39, item 3 and issue 51, item 2: the run-folder lock, one code path (filelock) on every system
 
 
-class FakeMsvcrt:
-    """Windows' byte-range locks as `msvcrt.locking` gives them: one holder per byte of a file,
-    refused to any other handle; here on POSIX, to run the lock's Windows path."""
-
-    LK_NBLCK, LK_UNLCK = 2, 0
-
-    def __init__(self):
-        self.held = {}  # (file, byte) -> the descriptor that holds it
-
-    def locking(self, fd, mode, nbytes):
-        assert nbytes == 1
-        key = (os.fstat(fd).st_ino, os.lseek(fd, 0, os.SEEK_CUR))
-        if mode == self.LK_UNLCK:
-            assert self.held.pop(key) == fd
-        elif self.held.setdefault(key, fd) != fd:
-            raise PermissionError(13, "Permission denied")
-
-
-def test_the_run_lock_works_with_windows_byte_range_locks(tmp_path, monkeypatch):
-    import annotated.runs.folder_lock as folder_lock
-
-    fake = FakeMsvcrt()
-    monkeypatch.setattr(folder_lock, "fcntl", None)
-    monkeypatch.setattr(folder_lock, "msvcrt", fake, raising=False)
+def test_the_run_lock_refuses_a_second_run_naming_the_first_and_leaves_nothing(tmp_path):
     with run_lock(tmp_path):
         with pytest.raises(ValueError) as err, run_lock(tmp_path):
             raise AssertionError("two runs hold one folder")
         assert str(err.value).startswith(
             f"--out {tmp_path} is in use by another run (process {os.getpid()} on "
         )
-        assert len(fake.held) == 1
-    assert fake.held == {} and list(tmp_path.iterdir()) == []  # unlocked, and the file removed
+    assert list(tmp_path.iterdir()) == []  # unlocked, the lock's file and its note removed
     with run_lock(tmp_path):  # free again
-        assert (tmp_path / ".lock").read_text().startswith(f"process {os.getpid()}")
+        assert (tmp_path / HOLDER).read_text().startswith(f"process {os.getpid()}")
+
+
+def test_what_a_killed_run_left_does_not_hold_the_folder(tmp_path):
+    (tmp_path / LOCK).write_text("")  # a run killed with kill -9: its files stay, unlocked
+    (tmp_path / HOLDER).write_text("process 1 on elsewhere, since long ago")
+    with run_lock(tmp_path):
+        assert (tmp_path / HOLDER).read_text().startswith(f"process {os.getpid()} on ")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_holder_that_has_not_named_itself_yet_is_another_process(tmp_path):
+    with FileLock(tmp_path / LOCK), pytest.raises(ValueError) as err, run_lock(tmp_path):
+        raise AssertionError("two runs hold one folder")
+    refused = f"--out {tmp_path} is in use by another run (another process): wait for it to end"
+    assert str(err.value).startswith(refused)

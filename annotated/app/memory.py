@@ -8,8 +8,10 @@ __all__ = []
 
 # %% ../../notebooks/31_tasks.ipynb #c009-mem
 import contextlib
-import os
+import math
+from pathlib import Path
 
+import psutil
 import torch
 
 
@@ -21,17 +23,6 @@ def check_memory(need: float, device: torch.device, what: str, lower: str) -> No
             f"{what} needs about {need / 2**30:,.1f} GiB of memory, more than the "
             f"{have / 2**30:,.1f} GiB available: lower {lower}"
         )
-
-
-def available_memory(device: torch.device) -> int:
-    """Bytes that this process could still allocate on `device` (CPU: the kernel's MemAvailable)."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def activation_bytes(tokens: int, length: int, dims: dict, vocab: int, train: bool) -> float:
@@ -47,3 +38,29 @@ def check_positions(dims: dict, device: torch.device) -> None:
     per_value = 32 if dims["learned_positions"] else 24  # bytes per (position, d_model) entry
     what = f"--max-len {dims['max_len']} (position tables of width d_model {dims['d_model']})"
     check_memory(float(per_value) * dims["max_len"] * dims["d_model"], device, what, "--max-len")
+
+# %% ../../notebooks/31_tasks.ipynb #c009-room
+# A container's memory limit (Docker, Kubernetes), which the machine's own figures do not show: its
+# cgroup's folder, files of limit and usage, and the page cache in memory.stat that the kernel frees
+# before it kills a process for want of memory. cgroup v2, then v1.
+CGROUP_MEMORY = (
+    ("/sys/fs/cgroup", "memory.max", "memory.current", "inactive_file"),
+    ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
+)
+
+
+def available_memory(device: torch.device) -> float:
+    """Bytes that this process could still allocate on `device` (CPU: the system's or its container's)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return min(psutil.virtual_memory().available, container_room())
+
+
+def container_room() -> float:
+    """Bytes below the memory limit of this process's container (cgroup v2 or v1); inf without one."""
+    for folder, limit, usage, cache in CGROUP_MEMORY:
+        with contextlib.suppress(OSError, ValueError):  # no such files (no container, not Linux); "max"
+            stats = dict(line.split() for line in Path(folder, "memory.stat").read_text().splitlines())
+            used = int(Path(folder, usage).read_text()) - int(stats.get(cache, 0))
+            return int(Path(folder, limit).read_text()) - used
+    return math.inf

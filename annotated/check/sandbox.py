@@ -16,8 +16,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import NamedTuple, NoReturn
+
+import psutil
 
 STARTUP = 120.0  # seconds a child may take to import torch and the graders, before its first mark
 KEPT = 2**20  # bytes of each of the child's output streams passed on
@@ -182,7 +183,7 @@ def confine(job: dict) -> None:
     import resource  # POSIX only, hence here
 
     with contextlib.suppress(OSError, ValueError):  # a system that refuses: no cap
-        size = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        size = psutil.Process().memory_info().vms  # the address space the child has now
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
         limit = size + MEMORY if hard == resource.RLIM_INFINITY else min(size + MEMORY, hard)
         resource.setrlimit(resource.RLIMIT_AS, (limit, hard))

@@ -23,7 +23,7 @@ from annotated.runs.folder import (
     RunFolder,
     resume_into,
 )
-from annotated.runs.folder_lock import LOCK, run_lock
+from annotated.runs.folder_lock import HOLDER, LOCK, run_lock
 
 __all__ = [
     "Runtime",
@@ -53,5 +53,6 @@ __all__ = [
     "RunFolder",
     "resume_into",
     "LOCK",
+    "HOLDER",
     "run_lock",
 ]
