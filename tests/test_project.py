@@ -103,6 +103,23 @@ def test_pin_release_check_notices_a_notebook_of_another_release(tmp_path):
     assert pin_release.pinned_notebook(stale, version, repository) == text
 
 
+def test_no_code_comment_speaks_of_the_prose_or_the_tests():
+    """A comment in a code cell speaks to the reader, not of "the prose", the tests or nbval."""
+    maintainers = re.compile(  # "the test BLEU" and "the test set" are the reader's words
+        r"#.*\b(the prose|prose's|the tests|the test(?! (BLEU|set|split|sentences))|nbval)\b",
+        re.IGNORECASE,
+    )
+    found = [
+        f"{path.name} cell {cell['id']}: {hit.group(0)}"
+        for path in sorted((ROOT / "notebooks").glob("*.ipynb"))
+        for cell in json.loads(path.read_text())["cells"]
+        if cell["cell_type"] == "code"
+        for line in cell["source"]
+        if (hit := maintainers.search(line)) and not line.lstrip().startswith("#|")
+    ]
+    assert not found, found
+
+
 def test_no_notebook_names_a_path_outside_its_folder():
     """A notebook runs alone (Colab, a pip install): the book's files come through book_path."""
     outside = re.compile(r"""["'](\.\./|/work/)|shared/data""")
