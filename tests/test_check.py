@@ -235,10 +235,10 @@ class FusedMultiHead(nn.Module):
     def forward(self, query, key, value, mask=None):
         weights, biases = self.W_qkv.weight.chunk(3), self.W_qkv.bias.chunk(3)
         q, k, v = (
-            F.linear(x, weights[i], b)
+            F.linear(x, weights[i], biases[i])
             .unflatten(-1, (self.h, -1))
             .transpose(1, 2)  # (B, H, len, Dk)
-            for x, i, b in zip((query, key, value), self.blocks, biases, strict=True)
+            for x, i in zip((query, key, value), self.blocks, strict=True)
         )
         out, _ = annotated.attention(q, k, v, mask)  # (B, H, T, Dk)
         return self.W_o(out.transpose(1, 2).flatten(2))  # (B, T, D)
@@ -250,11 +250,18 @@ class KeysFromQueries(FusedMultiHead):
     blocks = (0, 0, 2)
 
 
+class QueriesFromSecondBlock(FusedMultiHead):
+    """W_qkv's blocks in another order than nn.MultiheadAttention's in_proj_weight (W_q, W_k, W_v)."""
+
+    blocks = (1, 0, 2)
+
+
 def test_a_fused_projection_is_cut_into_queries_keys_values():
     report = check.multi_head(FusedMultiHead)
     assert report and report.not_applicable == [], str(report)
-    planted = check.multi_head(KeysFromQueries)
-    assert planted.failed == ["matches_reference"], str(planted)
+    for planted in (KeysFromQueries, QueriesFromSecondBlock):
+        report = check.multi_head(planted)
+        assert report.failed == ["matches_reference"], str(report)
 
 
 def test_per_head_projections_are_read_by_what_each_one_reads():
