@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from test_check_gallery import SeedLayerNorm, greedy, unscaled
+from test_check_gallery import (
+    PerHeadMultiHead,
+    SeedLayerNorm,
+    TorchDecoderLayer,
+    TorchEncoderLayer,
+    greedy,
+    unscaled,
+)
 from torch import nn
 
 import annotated
@@ -54,26 +61,6 @@ class TorchMultiHead(nn.Module):
         if mask is not None:
             mask = torch_attn_mask(mask, query, key, self.mha.num_heads)
         return self.mha(query, key, value, attn_mask=mask, need_weights=False)[0]
-
-
-class TorchEncoderLayer(nn.Module):
-    def __init__(self, d_model, n_heads, d_ff):
-        super().__init__()
-        self.layer = nn.TransformerEncoderLayer(d_model, n_heads, d_ff, batch_first=True)
-
-    def forward(self, x, mask=None):  # mask (B, 1, 1, S) -> key padding mask (B, S), True = pad
-        return self.layer(x, src_key_padding_mask=None if mask is None else ~mask[:, 0, 0])
-
-
-class TorchDecoderLayer(nn.Module):
-    def __init__(self, d_model, n_heads, d_ff):
-        super().__init__()
-        self.layer = nn.TransformerDecoderLayer(d_model, n_heads, d_ff, batch_first=True)
-
-    def forward(self, x, memory, src_mask, tgt_mask):
-        return self.layer(
-            x, memory, tgt_mask=~tgt_mask[0, 0], memory_key_padding_mask=~src_mask[:, 0, 0]
-        )
 
 
 class TorchTransformer(nn.Module):
@@ -248,10 +235,10 @@ class FusedMultiHead(nn.Module):
     def forward(self, query, key, value, mask=None):
         weights, biases = self.W_qkv.weight.chunk(3), self.W_qkv.bias.chunk(3)
         q, k, v = (
-            F.linear(x, weights[i], b)
+            F.linear(x, weights[i], biases[i])
             .unflatten(-1, (self.h, -1))
             .transpose(1, 2)  # (B, H, len, Dk)
-            for x, i, b in zip((query, key, value), self.blocks, biases, strict=True)
+            for x, i in zip((query, key, value), self.blocks, strict=True)
         )
         out, _ = annotated.attention(q, k, v, mask)  # (B, H, T, Dk)
         return self.W_o(out.transpose(1, 2).flatten(2))  # (B, T, D)
@@ -263,31 +250,42 @@ class KeysFromQueries(FusedMultiHead):
     blocks = (0, 0, 2)
 
 
-class PerHeadMultiHead(nn.Module):
-    """Correct multi-head attention with each head's own nn.Linear(D, Dk) projections, as §3.2.2 writes them."""
+class QueriesFromSecondBlock(FusedMultiHead):
+    """W_qkv's blocks in another order than nn.MultiheadAttention's in_proj_weight (W_q, W_k, W_v)."""
 
-    def __init__(self, d_model, n_heads):
-        super().__init__()
-        d_k = d_model // n_heads
-        self.heads = nn.ModuleList(
-            nn.ModuleList(nn.Linear(d_model, d_k) for _ in range(3)) for _ in range(n_heads)
-        )
-        self.W_o = nn.Linear(d_model, d_model)
-
-    def forward(self, query, key, value, mask=None):
-        mask = None if mask is None else mask[:, 0]  # (B, T, S): one head at a time
-        heads = [
-            annotated.attention(W_q(query), W_k(key), W_v(value), mask)[0]
-            for W_q, W_k, W_v in self.heads
-        ]
-        return self.W_o(torch.cat(heads, dim=-1))  # (B, T, D)
+    blocks = (1, 0, 2)
 
 
 def test_a_fused_projection_is_cut_into_queries_keys_values():
     report = check.multi_head(FusedMultiHead)
     assert report and report.not_applicable == [], str(report)
-    planted = check.multi_head(KeysFromQueries)
-    assert planted.failed == ["matches_reference"], str(planted)
+    for planted in (KeysFromQueries, QueriesFromSecondBlock):
+        report = check.multi_head(planted)
+        assert report.failed == ["matches_reference"], str(report)
+
+
+def test_per_head_projections_are_read_by_what_each_one_reads():
+    report = check.multi_head(PerHeadMultiHead)
+    assert report and report.not_applicable == [], str(report)
+
+
+def test_a_parameter_whose_true_gradient_is_zero_still_counts_as_used():
+    """The key bias b_K adds q . b_K to every score of a query, and softmax ignores such a shift: its
+    gradient is 0 in exact arithmetic. Over a single key the softmax is exactly 1 and the zero exact."""
+
+    class OneKey(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.W_q, self.W_k, self.W_v = (nn.Linear(4, 4) for _ in range(3))
+
+        def forward(self, x):  # x (B, T, 4): each position attends to itself alone
+            scores = (self.W_q(x) * self.W_k(x)).sum(-1, keepdim=True)  # (B, T, 1)
+            return scores.softmax(-1) * self.W_v(x)  # (B, T, 4)
+
+    m, x = OneKey(), torch.randn(2, 3, 4)
+    grads = torch.autograd.grad((m(x) * torch.randn(2, 3, 4)).sum(), list(m.W_k.parameters()))
+    assert all(bool((g == 0).all()) for g in grads)  # used, yet exactly no gradient
+    assert "all 6 parameter tensors" in grading.every_parameter_learns(m, lambda: m(x))
 
 
 class ConvFeedForward(nn.Module):
@@ -316,7 +314,7 @@ class TablesAsParameters(TorchTransformer):
 @pytest.mark.parametrize(
     "piece, implementation, inapplicable",
     [
-        ("multi_head", PerHeadMultiHead, "matches_reference"),
+        ("multi_head", TorchMultiHead, "matches_reference"),
         ("feed_forward", ConvFeedForward, "matches_reference"),
         ("model", TablesAsParameters, "embeddings_scaled_then_positions_added"),
     ],
@@ -475,6 +473,11 @@ def test_cli_grades_the_training_pieces(tmp_path, capsys):
     assert "check.learning_rate: 5 of 5 properties hold" in capsys.readouterr().out
     assert main(["check", "learning_rate", f"{tmp_path / 'rates.py'}:clamped"]) == 1
     assert "FAIL  step_zero_is_refused" in capsys.readouterr().out
+
+
+def test_grading_a_float64_module_leaves_the_default_dtype_alone():
+    assert check.layer_norm(lambda d: LayerNorm(d).double())
+    assert torch.get_default_dtype() == torch.float32
 
 
 def test_checking_restores_the_thread_count():

@@ -342,6 +342,43 @@ class MultiHeadDropoutAlwaysOn(OwnForward):
     dropout_p = 0.1
 
 
+class ValuesFromKeyInput(OwnForward):
+    """W_v applied to the key argument: right whenever key is value, as in every self-attention."""
+
+    def forward(self, query, key, value, mask=None):
+        return super().forward(query, key, key, mask)
+
+
+class PerHeadMultiHead(nn.Module):
+    """Correct multi-head attention with each head's own nn.Linear(D, Dk) projections, as §3.2.2 writes them."""
+
+    scale_width = "d_k"
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.d_model, self.d_k = d_model, d_model // n_heads
+        self.heads = nn.ModuleList(
+            nn.ModuleList(nn.Linear(d_model, self.d_k) for _ in range(3)) for _ in range(n_heads)
+        )
+        self.W_o = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        mask = None if mask is None else mask[:, 0]  # (B, T, S): one head at a time
+        scale = math.sqrt(getattr(self, self.scale_width))
+        heads = []
+        for W_q, W_k, W_v in self.heads:
+            s = W_q(query) @ W_k(key).transpose(-2, -1) / scale  # (B, T, S)
+            if mask is not None:
+                s = s.masked_fill(~mask, -1e9)
+            weights = softmax_keys(s, mask)
+            heads.append(weights @ W_v(value))  # (B, T, Dk)
+        return self.W_o(torch.cat(heads, dim=-1))  # (B, T, D)
+
+
+class PerHeadScaledByDModel(PerHeadMultiHead):
+    scale_width = "d_model"  # sqrt(d_model), not sqrt(d_k)
+
+
 class SeedMultiHead(nn.Module):
     """The seed notes' layer: q.view(batch * h, -1, d_k), the mask repeated h times."""
 
@@ -398,6 +435,8 @@ WRONG_MULTI_HEAD = [
         "fully_masked_row_reads_nothing",  # the zeros of one query spread over several positions
     ),
     wrong("multi_head", ScaledByDModel, "matches_reference"),
+    wrong("multi_head", PerHeadScaledByDModel, "matches_reference"),
+    wrong("multi_head", ValuesFromKeyInput, "matches_reference"),
     wrong("multi_head", MultiHeadMinusInf, "fully_masked_row_reads_nothing"),
     wrong("multi_head", MultiHeadUniformRows, "fully_masked_row_reads_nothing"),
     wrong(
@@ -462,6 +501,13 @@ class StdPlusEps(SeedLayerNorm):
     def forward(self, x):
         std = x.std(-1, correction=0, keepdim=True)
         return self.gamma * (x - x.mean(-1, keepdim=True)) / (std + self.eps) + self.beta
+
+
+class StdPlusTinyEps(StdPlusEps):
+    """Biased std + eps with the seed notes' eps = 1e-12: wrong only where sigma is near 1e-6."""
+
+    def __init__(self, d_model):
+        SeedLayerNorm.__init__(self, d_model, eps=1e-12)
 
 
 class NormOverAxis(LayerNorm):
@@ -556,6 +602,7 @@ UNSTABLE = ("batch_independence", "deterministic_in_eval")  # dropout: no two ca
 WRONG_PIECES = [
     wrong("layer_norm", SeedLayerNorm, *NORM),
     wrong("layer_norm", StdPlusEps, "small_variance_inputs"),
+    wrong("layer_norm", StdPlusTinyEps, "small_variance_inputs"),
     wrong("layer_norm", NormOverPositions, *NORM),
     wrong("layer_norm", NormOverBatch, *NORM, "batch_independence"),
     wrong("layer_norm", CentredOnly, *NORM),
@@ -691,6 +738,36 @@ class DecoderSkipsFeedForward(DecoderLayer):
     def forward(self, x, memory, src_mask, tgt_mask):
         x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, tgt_mask))
         return self.sublayers[1](x, lambda x: self.cross_attn(x, memory, memory, src_mask))
+
+
+class EncoderDropoutOnSum(EncoderLayer):
+    """LayerNorm(Dropout(x + Sublayer(x))): §5.4 drops the sub-layer's output, before the sum."""
+
+    def forward(self, x, mask=None):
+        drop, norms = self.sublayers[0].dropout, [s.norm for s in self.sublayers]
+        x = norms[0](drop(x + self.self_attn(x, x, x, mask)))
+        return norms[1](drop(x + self.feed_forward(x)))
+
+
+class DecoderDropoutOnSum(DecoderLayer):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        drop, norms = self.sublayers[0].dropout, [s.norm for s in self.sublayers]
+        x = norms[0](drop(x + self.self_attn(x, x, x, tgt_mask)))
+        x = norms[1](drop(x + self.cross_attn(x, memory, memory, src_mask)))
+        return norms[2](drop(x + self.feed_forward(x)))
+
+
+def one_norm(layer_cls):
+    """The layer with one LayerNorm shared by all its sub-layers' Add & Norm steps."""
+
+    def factory(d_model, n_heads, d_ff):
+        layer = layer_cls(d_model, n_heads, d_ff)
+        for sublayer in layer.sublayers[1:]:
+            sublayer.norm = layer.sublayers[0].norm
+        return layer
+
+    factory.__name__ = f"{layer_cls.__name__}_with_one_norm"
+    return factory
 
 
 class EncoderNoResiduals(EncoderLayer):
@@ -898,8 +975,14 @@ WRONG_LAYERS = [
         "gradients_reach_every_parameter",
     ),
     wrong("encoder_layer", EncoderNoResiduals, "sublayers_wired"),
+    wrong("encoder_layer", EncoderDropoutOnSum, "dropout_only_on_sublayer_outputs"),
+    wrong("decoder_layer", DecoderDropoutOnSum, "dropout_only_on_sublayer_outputs"),
+    wrong("encoder_layer", one_norm(EncoderLayer), "each_sublayer_has_its_own_norm"),
+    wrong("decoder_layer", one_norm(DecoderLayer), "each_sublayer_has_its_own_norm"),
     wrong("encoder_layer", EncoderFeedForwardFirst, "sublayers_wired"),
-    wrong("encoder_layer", EncoderAttendsTwice, "sublayers_wired"),
+    wrong(  # its two self-attentions share the first sub-layer's LayerNorm
+        "encoder_layer", EncoderAttendsTwice, "sublayers_wired", "each_sublayer_has_its_own_norm"
+    ),
     wrong("decoder_layer", DecoderNoResiduals, "sublayers_wired"),
     wrong("decoder_layer", DecoderCrossFirst, "sublayers_wired"),
     wrong("decoder_layer", DecoderQueriesFromInput, "sublayers_wired"),
@@ -1227,6 +1310,112 @@ def test_wrong_training_pieces_are_caught(w):
 
 
 # ---- Every property is caught --------------------------------------------------------------------
+
+# ---- Unusual but right: each must pass every property that applies, and none may be n/a ----------
+
+
+class FusedKeysValues(nn.Module):
+    """Encoder-decoder attention with W_k and W_v fused into one nn.Linear(D, 2D): read the memory once."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.W_q, self.W_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.W_kv = nn.Linear(d_model, 2 * d_model)  # rows: W_k, then W_v
+
+    def forward(self, query, key, value, mask=None):
+        def heads(x):  # (B, L, D) -> (B, H, L, Dk)
+            return x.unflatten(-1, (self.h, -1)).transpose(1, 2)
+
+        k, v = (heads(t) for t in self.W_kv(key).chunk(2, dim=-1))  # key is value: the memory
+        s = scores_of(heads(self.W_q(query)), k)  # (B, H, T, S)
+        if mask is not None:
+            s = s.masked_fill(~mask, -1e9)
+        return self.W_o((softmax_keys(s, mask) @ v).transpose(1, 2).flatten(2))  # (B, T, D)
+
+
+class DecoderFusedKeysValues(DecoderLayer):
+    def __init__(self, d_model, n_heads, d_ff):
+        super().__init__(d_model, n_heads, d_ff)
+        self.cross_attn = FusedKeysValues(d_model, n_heads)
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, tgt_mask))
+        x = self.sublayers[1](x, lambda x: self.cross_attn(x, memory, memory, src_mask))
+        return self.sublayers[2](x, self.feed_forward)
+
+
+class LayerNormTinyEps(nn.Module):
+    """The paper's LayerNorm with eps = 1e-12 written into forward: no .eps to read."""
+
+    def __init__(self, d_model):
+        super().__init__()
+        self.gain, self.bias = nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, correction=0, keepdim=True)
+        return self.gain * (x - mean) / torch.sqrt(var + 1e-12) + self.bias
+
+
+class TorchEncoderLayer(nn.Module):
+    """nn.TransformerEncoderLayer (dropout 0.1) called as the graders call a layer: our mask is
+    bool (B, 1, 1, S) with True = may attend, PyTorch's key padding mask (B, S) has True = pad."""
+
+    def __init__(self, d_model, n_heads, d_ff):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(d_model, n_heads, d_ff, batch_first=True)
+
+    def forward(self, x, mask=None):
+        return self.layer(x, src_key_padding_mask=None if mask is None else ~mask[:, 0, 0])
+
+
+class TorchDecoderLayer(nn.Module):
+    """nn.TransformerDecoderLayer (dropout 0.1), its masks converted as TorchEncoderLayer's are."""
+
+    def __init__(self, d_model, n_heads, d_ff):
+        super().__init__()
+        self.layer = nn.TransformerDecoderLayer(d_model, n_heads, d_ff, batch_first=True)
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        return self.layer(
+            x, memory, tgt_mask=~tgt_mask[0, 0], memory_key_padding_mask=~src_mask[:, 0, 0]
+        )
+
+
+def double(factory):
+    """The module built in float64: the check's inputs must follow its dtype."""
+
+    def build(*args):
+        return factory(*args).double()
+
+    build.__name__ = f"{getattr(factory, '__name__', 'factory')}_float64"
+    return build
+
+
+UNUSUAL_BUT_RIGHT = [
+    ("multi_head", PerHeadMultiHead),
+    ("multi_head", double(MultiHeadAttention)),
+    ("layer_norm", LayerNormTinyEps),
+    ("layer_norm", double(LayerNorm)),
+    ("feed_forward", double(PositionwiseFeedForward)),
+    ("encoder_layer", TorchEncoderLayer),
+    ("encoder_layer", double(EncoderLayer)),
+    ("encoder_layer", double(TorchEncoderLayer)),
+    ("decoder_layer", DecoderFusedKeysValues),
+    ("decoder_layer", TorchDecoderLayer),
+    ("decoder_layer", double(DecoderLayer)),
+    ("decoder_layer", double(TorchDecoderLayer)),
+    ("model", double(small(Transformer))),
+]
+
+
+@pytest.mark.parametrize(
+    "piece, factory", UNUSUAL_BUT_RIGHT, ids=[f"{p}-{f.__name__}" for p, f in UNUSUAL_BUT_RIGHT]
+)
+def test_unusual_but_right_implementations_pass(piece, factory):
+    report = CHECKS[piece](factory)
+    assert report and not report.not_applicable, str(report)
+
 
 GALLERY = [
     *WRONG_ATTENTION,

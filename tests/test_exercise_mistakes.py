@@ -35,6 +35,11 @@ MISTAKES = {
             "scores",
         ),
         ("summed over the rows", "exps.sum(dim=-1, keepdim=True)", "exps.sum(dim=0, keepdim=True)"),
+        (
+            "the whole tensor's maximum subtracted, not each row's",
+            "scores.max(dim=-1, keepdim=True).values",
+            "scores.max()",
+        ),
     ],
     ("01_attention_intuition", "my_hard_lookup"): [
         (

@@ -4,8 +4,9 @@
 
 # %% auto #0
 __all__ = ['B', 'T', 'S', 'D', 'H', 'D_FF', 'STARTER', 'Result', 'Report', 'Failure', 'NotApplicable', 'expect', 'expect_close',
-           'expect_changes', 'ensure_callable', 'run_properties', 'run_one', 'module_from', 'sequences', 'causal',
-           'hide_last', 'tensor_of', 'deterministic', 'every_parameter_learns', 'with_common', 'is_starter', 'solution']
+           'expect_changes', 'ensure_callable', 'run_properties', 'run_one', 'dtype_of', 'module_from', 'sequences',
+           'causal', 'hide_last', 'tensor_of', 'deterministic', 'every_parameter_learns', 'with_common', 'is_starter',
+           'solution']
 
 # %% ../../notebooks/23_grading.ipynb #c002
 # Shapes: B batch, T query (target) length, S key (source) length, D d_model, H heads.
@@ -120,7 +121,7 @@ def ensure_callable(name: str, value, what: str) -> None:
 
 def run_properties(piece: str, build: Callable, properties: dict[str, Callable]) -> Report:
     """Build the subject, then run each property on it, seeded, catching whatever the code raises."""
-    threads = torch.get_num_threads()
+    threads, default = torch.get_num_threads(), torch.get_default_dtype()
     torch.set_num_threads(1)  # tiny tensors: one thread is fastest, even on a busy machine
     try:
         with torch.random.fork_rng(devices=[]), torch.enable_grad(), warnings.catch_warnings():
@@ -130,9 +131,11 @@ def run_properties(piece: str, build: Callable, properties: dict[str, Callable])
                 subject = build()
             except Exception as err:
                 return Report(piece, [Result("builds", False, f"{type(err).__name__}: {err}")])
+            torch.set_default_dtype(dtype_of(subject))  # the inputs a property makes follow the module
             return Report(piece, [run_one(name, prop, subject) for name, prop in properties.items()])
     finally:
         torch.set_num_threads(threads)
+        torch.set_default_dtype(default)
 
 
 def run_one(name: str, prop: Callable, subject) -> Result:
@@ -147,6 +150,13 @@ def run_one(name: str, prop: Callable, subject) -> Result:
         return Result(name, False, f"raised {type(err).__name__}: {err}")
 
 
+def dtype_of(subject) -> torch.dtype:
+    """float64 for a module built in float64 (its inputs must be too), else the default float32."""
+    floats = [p.dtype for p in subject.parameters() if p.is_floating_point()] if isinstance(
+        subject, nn.Module) else []
+    return torch.float64 if floats and floats[0] == torch.float64 else torch.get_default_dtype()
+
+
 def module_from(factory: Callable, *args) -> nn.Module:
     """Call the learner's factory; insist on an nn.Module and put it in eval mode (dropout off)."""
     module = factory(*args)
@@ -155,7 +165,8 @@ def module_from(factory: Callable, *args) -> nn.Module:
     return module.eval()
 
 # %% ../../notebooks/23_grading.ipynb #c013
-B, T, S, D, H, D_FF = 2, 5, 7, 16, 4, 32  # small sizes: every check runs in milliseconds
+B, T, S, D, H = 2, 5, 7, 16, 4  # small sizes: every check runs in milliseconds
+D_FF = 40  # no multiple of D: a fused projection, Linear(D, 2D) or (D, 3D), never looks like W_1
 
 
 def sequences() -> tuple[Tensor, Tensor]:
@@ -189,13 +200,13 @@ def deterministic(call: Callable[[], Tensor]) -> str:
 
 
 def every_parameter_learns(module: nn.Module, call: Callable[[], Tensor]) -> str:
-    """Backpropagate a random projection of the output; every parameter must get a gradient."""
+    """Backpropagate a random projection of the output; a gradient path must reach every parameter."""
     params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
     expect(bool(params), "the module has no trainable parameters")
     out = call()
     total = (out * torch.randn(out.shape)).sum()
     grads = torch.autograd.grad(total, [p for _, p in params], allow_unused=True)
-    dead = [n for (n, _), g in zip(params, grads, strict=True) if g is None or not bool(g.abs().sum() > 0)]
+    dead = [n for (n, _), g in zip(params, grads, strict=True) if g is None]  # not used by the output
     expect(not dead, f"no gradient reaches {', '.join(dead[:3])}" + (" ..." if len(dead) > 3 else ""))
     return f"all {len(params)} parameter tensors get a gradient"
 

@@ -33,7 +33,7 @@ from annotated.check.framework import (
     tensor_of,
     with_common,
 )
-from annotated.check.wiring import wiring
+from annotated.check.wiring import dropout_placement, own_norms, wiring
 
 # %% ../../notebooks/25_check_model.ipynb #c005
 def affine_candidates(m: nn.Module) -> list[tuple[Tensor | None, Tensor | None]]:
@@ -47,14 +47,23 @@ def affine_candidates(m: nn.Module) -> list[tuple[Tensor | None, Tensor | None]]
 
 
 def eps_of(m: nn.Module) -> tuple[float, str]:
+    """The module's .eps, or else eps measured where it dominates: on inputs of variance 1e-18."""
     eps = getattr(m, "eps", None)
     if isinstance(eps, float | int) and not isinstance(eps, bool):
         return float(eps), f"its eps={eps:g}"
-    return 1e-5, "eps=1e-05, nn.LayerNorm's default, as the module has no .eps"
+    x = torch.randn(B, T, D) * 1e-9  # (B, T, D)
+    out, var = tensor_of(m(x), (B, T, D)).double(), x.double().var(-1, correction=0)
+    for gain, bias in affine_candidates(m):
+        if gain is not None and not bool(gain.abs().min() > 0):
+            continue  # not the gain: it would divide by zero
+        y = out if gain is None else (out - bias.double()) / gain.double()  # (x - mean) / sqrt(var + eps)
+        eps = max((var / y.pow(2).mean(-1) - var).median().item(), 1e-24)  # 0 or less: no eps
+        return eps, f"eps={eps:.2g}, measured, as the module has no .eps"
+    raise Failure("its eps could not be measured: no (D,) parameter is a gain without zeros")
 
 
-def like_reference(m: nn.Module, x: Tensor, what: str, atol: float) -> str:
-    eps, said = eps_of(m)
+def like_reference(m: nn.Module, x: Tensor, what: str, atol: float, eps_said=None) -> str:
+    eps, said = eps_said or eps_of(m)
     got = tensor_of(m(x), tuple(x.shape))
     for gain, bias in affine_candidates(m):
         if torch.allclose(got, F.layer_norm(x, (D,), gain, bias, eps), atol=atol, rtol=1e-3):
@@ -64,16 +73,23 @@ def like_reference(m: nn.Module, x: Tensor, what: str, atol: float) -> str:
 
 
 def _ln_reference(m):
+    eps_said = eps_of(m)  # measured on the freshly built module, if it has no .eps
     m = copy.deepcopy(m)  # the other properties see the freshly built module
     with torch.no_grad():  # random gain and bias, so that both must be applied
         for p in m.parameters():
             p.copy_(torch.randn(p.shape))
-    return like_reference(m, torch.randn(B, T, D) * 3 + 1, "inputs of variance 9", atol=1e-4)
+    return like_reference(m, torch.randn(B, T, D) * 3 + 1, "inputs of variance 9", atol=1e-4, eps_said=eps_said)
 
 
 def _ln_small_variance(m):
-    x = torch.randn(B, T, D) * torch.tensor([1e-2, 3e-3, 1e-3, 3e-4, 1e-4])[:, None]  # (B, T, D)
-    return like_reference(m, x, "inputs of standard deviation 1e-4 .. 1e-2", atol=1e-3)
+    eps, said = eps_of(m)
+    root = eps**0.5  # std + eps and sqrt(var + eps) differ most where the std is near sqrt(eps)
+    if root >= 1e-4:
+        stds, what = [1e-2, 3e-3, 1e-3, 3e-4, 1e-4], "1e-4 .. 1e-2"
+    else:  # a small eps: the quiet positions must reach down to sqrt(eps)
+        stds, what = [1e-2, 1e-3, 1e-4, 3 * root, root], f"1e-2 down to sqrt(eps) = {root:.2g}"
+    x = torch.randn(B, T, D) * torch.tensor(stds)[:, None]  # (B, T, D)
+    return like_reference(m, x, f"inputs of standard deviation {what}", atol=1e-3, eps_said=(eps, said))
 
 # %% ../../notebooks/25_check_model.ipynb #c006
 def layer_norm(factory: Callable) -> Report:
@@ -169,7 +185,7 @@ def feed_forward(factory: Callable) -> Report:
     return run_properties("feed_forward", lambda: module_from(factory, D, D_FF), properties)
 
 # %% ../../notebooks/25_check_model.ipynb #c019
-def is_layer_normalised(out: Tensor) -> str:
+def is_layer_normalised(out: Tensor, ending: str = "LayerNorm(x + Sublayer(x))") -> str:
     """Post-LN: a fresh layer ends in LayerNorm (gain 1, bias 0): every position has mean 0, var 1."""
     mean, var = out.mean(-1), out.var(-1, correction=0)
     expect(
@@ -178,20 +194,30 @@ def is_layer_normalised(out: Tensor) -> str:
         f"{var.min().item():.2g} .. {var.max().item():.2g}, expected 0 and 1: the paper's "
         "sub-layers end in LayerNorm(x + Sublayer(x)) (post-LN)",
     )
-    return "every output position is layer-normalised, as in LayerNorm(x + Sublayer(x))"
+    return f"every output position is layer-normalised, as in {ending}"
 
 # %% ../../notebooks/25_check_model.ipynb #c020
 def _enc_inputs() -> tuple[Tensor, Tensor]:
     return torch.randn(B, S, D), hide_last(3)  # x (B, S, D), mask (B, 1, 1, S)
 
 
-def _enc_wiring(norm_first: bool, final_norm: bool) -> Callable:
+def _enc_wiring(norm_first: bool, final_norm: bool) -> dict[str, Callable]:
     def sublayers_wired(m):
         x, mask = _enc_inputs()
         x = 2 * x + 0.5  # far from normalised, so that LayerNorm(x) and x differ
         return wiring(m, lambda: m(x, mask), x, None, norm_first, final_norm)
 
-    return sublayers_wired
+    def each_sublayer_has_its_own_norm(m):
+        x, mask = _enc_inputs()
+        x = 2 * x + 0.5
+        return own_norms(m, lambda: m(x, mask), x, None, norm_first, final_norm)
+
+    return {"sublayers_wired": sublayers_wired, "each_sublayer_has_its_own_norm": each_sublayer_has_its_own_norm}
+
+
+def _enc_dropout(m):
+    x, mask = _enc_inputs()
+    return dropout_placement(m, lambda: m(x, mask), D)
 
 
 def _enc_padding(m):
@@ -216,13 +242,15 @@ def encoder_layer(factory: Callable, norm_first: bool = False, final_norm: bool 
     """
     ensure_callable("factory", factory, "building your encoder layer")
     normalised = not norm_first or final_norm  # what a pre-LN layer returns is not normalised
+    ending = "a pre-LN stack's final LayerNorm" if norm_first else "LayerNorm(x + Sublayer(x))"
     properties = with_common(
         _enc_inputs,
         (B, S, D),
-        sublayers_wired=_enc_wiring(norm_first, final_norm),
+        **_enc_wiring(norm_first, final_norm),
+        dropout_only_on_sublayer_outputs=_enc_dropout,
         padding_invariance=_enc_padding,
         permutation_equivariance=_enc_permutation,
-        **({"output_is_layer_normalised": lambda m: is_layer_normalised(m(*_enc_inputs()))}
+        **({"output_is_layer_normalised": lambda m: is_layer_normalised(m(*_enc_inputs()), ending)}
            if normalised else {}),
     )
     return run_properties("encoder_layer", lambda: module_from(factory, D, H, D_FF), properties)

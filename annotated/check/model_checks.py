@@ -35,7 +35,7 @@ from annotated.check.framework import (
     with_common,
 )
 from annotated.check.layer_checks import closed_form_encoding, is_layer_normalised
-from annotated.check.wiring import model_wiring, wiring
+from annotated.check.wiring import dropout_placement, model_wiring, own_norms, wiring
 
 # %% ../../notebooks/25_check_model.ipynb #b2e5d1ab
 def _dec_inputs() -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -81,13 +81,23 @@ def _dec_memory_attended(m):
     return "the encoder-decoder attention reads the memory: changing it changes the output"
 
 
-def _dec_wiring(norm_first: bool) -> Callable:
+def _dec_wiring(norm_first: bool) -> dict[str, Callable]:
     def sublayers_wired(m):
         x, memory, src_mask, tgt_mask = _dec_inputs()
         x = 2 * x + 0.5  # far from normalised, so that LayerNorm(x) and x differ
         return wiring(m, lambda: m(x, memory, src_mask, tgt_mask), x, memory, norm_first)
 
-    return sublayers_wired
+    def each_sublayer_has_its_own_norm(m):
+        x, memory, src_mask, tgt_mask = _dec_inputs()
+        x = 2 * x + 0.5
+        return own_norms(m, lambda: m(x, memory, src_mask, tgt_mask), x, memory, norm_first)
+
+    return {"sublayers_wired": sublayers_wired, "each_sublayer_has_its_own_norm": each_sublayer_has_its_own_norm}
+
+
+def _dec_dropout(m):
+    x, memory, src_mask, tgt_mask = _dec_inputs()
+    return dropout_placement(m, lambda: m(x, memory, src_mask, tgt_mask), D)
 
 
 def decoder_layer(factory: Callable, norm_first: bool = False) -> Report:
@@ -100,7 +110,8 @@ def decoder_layer(factory: Callable, norm_first: bool = False) -> Report:
     properties = with_common(
         _dec_inputs,
         (B, T, D),
-        sublayers_wired=_dec_wiring(norm_first),
+        **_dec_wiring(norm_first),
+        dropout_only_on_sublayer_outputs=_dec_dropout,
         causality=_dec_causality,
         memory_is_attended=_dec_memory_attended,
         src_padding_invariance=_dec_src_padding,

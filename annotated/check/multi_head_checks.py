@@ -8,7 +8,6 @@ __all__ = ['multi_head']
 # %% ../../notebooks/24_check.ipynb #c037
 # Shapes: B batch, H heads, T query (target) length, S key (source) length, D d_model,
 # Dk key width, Dv value width.
-import itertools
 from collections.abc import Callable
 
 import torch
@@ -48,36 +47,94 @@ def reference_multi_head(linears: list[nn.Linear], query, key, value, mask=None)
     return W_o(out.transpose(1, 2).reshape(query.size(0), -1, D))  # (B, T, D)
 
 
-def _projections(m: nn.Module) -> list[nn.Linear]:
-    """W_q, W_k, W_v, W_o in some order: four nn.Linear(D, D), or a fused nn.Linear(D, 3D) cut in three."""
-    linears = [x for x in m.modules() if isinstance(x, nn.Linear)]
-    if len(linears) == 2 and sorted(x.weight.size(0) for x in linears) == [D, 3 * D]:
-        fused, W_o = sorted(linears, key=lambda x: -x.weight.size(0))  # three blocks of rows, any order
-        thirds = [nn.Linear(D, D, bias=fused.bias is not None) for _ in range(3)]
-        with torch.no_grad():
-            for i, third in enumerate(thirds):
-                third.weight.copy_(fused.weight[i * D : (i + 1) * D])
-                if fused.bias is not None:
-                    third.bias.copy_(fused.bias[i * D : (i + 1) * D])
-        linears = [*thirds, W_o]
-    if len(linears) != 4 or any(x.weight.shape != (D, D) for x in linears):
-        raise NotApplicable(
-            "the module keeps W_q, W_k, W_v, W_o neither as four nn.Linear(D, D) nor as a fused "
-            "nn.Linear(D, 3D) and one nn.Linear(D, D)"
-        )
-    return linears
+def linear(weight: Tensor, bias: Tensor | None) -> nn.Linear:
+    """An nn.Linear holding copies of these rows of weights (and bias)."""
+    layer = nn.Linear(weight.size(1), weight.size(0), bias=bias is not None)
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+        if bias is not None:
+            layer.bias.copy_(bias)
+    return layer
+
+
+def stacked(parts: list[nn.Linear]) -> nn.Linear:
+    """Several nn.Linear side by side (one per head) as one, their rows in the order given."""
+    biases = None if parts[0].bias is None else torch.cat([x.bias for x in parts])
+    return linear(torch.cat([x.weight for x in parts]), biases)
+
+
+# %% ../../notebooks/24_check.ipynb #d3f1a2b5
+INPUTS = ("query", "key", "value")
+
+
+def readers(m: nn.Module, args: tuple) -> tuple[object, dict[str, list[nn.Linear]], dict]:
+    """Call `m(*args)` once; which of its nn.Linear read the query, the key, the value or none of them."""
+    names = {x: name for name, x in m.named_modules() if isinstance(x, nn.Linear)}
+    read: dict[str, list[nn.Linear]] = {role: [] for role in (*INPUTS, "other")}
+
+    def note(layer, inputs):
+        got = inputs[0] if inputs else None  # None: called with keywords only
+        role = next((r for r, t in zip(INPUTS, args, strict=False) if isinstance(got, Tensor)
+                     and got.shape == t.shape and torch.equal(got, t)), "other")
+        if layer not in read[role]:
+            read[role].append(layer)
+
+    hooks = [x.register_forward_pre_hook(note) for x in names]
+    try:
+        out = m(*args)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return out, read, names
+
+
+# %% ../../notebooks/24_check.ipynb #d3f1a2b6
+def _projections(read: dict[str, list[nn.Linear]], names: dict) -> list[nn.Linear]:
+    """W_q, W_k, W_v, W_o: a fused nn.Linear(D, 3D) cut in PyTorch's order (rows W_q, then W_k, then
+    W_v), or else the layers that read the query, the key and the value, and the one that reads the heads."""
+    layers = list(names)
+    if len(layers) == 2 and sorted(x.weight.size(0) for x in layers) == [D, 3 * D]:
+        fused, W_o = sorted(layers, key=lambda x: -x.weight.size(0))
+        biases = [None] * 3 if fused.bias is None else fused.bias.chunk(3)
+        return [*(linear(w, b) for w, b in zip(fused.weight.chunk(3), biases, strict=True)), W_o]
+    if not any(read[role] for role in INPUTS):
+        raise NotApplicable("no nn.Linear of the module reads the query, the key or the value: its W_q, "
+                            "W_k, W_v are kept otherwise (nn.MultiheadAttention packs them in one parameter)")
+    for layer in layers:
+        both = [role for role in INPUTS if layer in read[role]]
+        if len(both) > 1:
+            raise Failure(f"{names[layer]} projects both the {both[0]} and the {both[-1]}: each of the "
+                          "three has a projection of its own (W_q, W_k, W_v)")
+    missing = [role for role in INPUTS if not read[role]]
+    if missing:
+        found = "; ".join(f"{', '.join(names[x] for x in read[r])} read the {r}" for r in INPUTS if read[r])
+        raise Failure(f"no nn.Linear reads the {missing[0]} argument ({found}): with a key and a value "
+                      "that differ, as in the encoder-decoder attention, each of query, key and value is "
+                      "projected from its own argument")
+    projections = [stacked(read[role]) for role in INPUTS]  # one per head: their rows side by side
+    heads = [x for x in read["other"] if x.weight.shape == (D, D)]
+    if len(heads) != 1 or any(x.weight.shape != (D, D) for x in projections):
+        raise NotApplicable("the layers that read the query, key and value, or the one that reads the "
+                            "heads (W_o), are not (D, D) projections, alone or one per head")
+    return [*projections, heads[0]]
 
 
 def _mha_reference(m):
-    linears = _projections(m)
     x, mem = sequences()
+    values = torch.randn(B, S, D)  # (B, S, D): the values apart from the keys
     mask = hide_last(3) & (torch.rand(B, 1, T, S) > 0.3)  # (B, 1, T, S)
     mask[..., 0] = True
-    got = tensor_of(m(x, mem, mem, mask), (B, T, D))
-    for order in itertools.permutations(linears):  # which Linear plays which role is not known
-        if torch.allclose(got, reference_multi_head(list(order), x, mem, mem, mask), atol=1e-5):
-            return "equals the paper's formula computed with its own four projections"
-    raise Failure("differs from the paper's formula computed with its own W_q, W_k, W_v, W_o")
+    got, read, names = readers(m, (x, mem, values, mask))
+    linears = _projections(read, names)
+    want = reference_multi_head(linears, x, mem, values, mask)
+    tensor_of(got, (B, T, D))
+    own = "four projections" if len(names) == 4 or len(names) == 2 else f"{len(names)} linear layers"
+    if torch.allclose(got, want, atol=1e-5):
+        return f"equals the paper's formula computed with its own {own}"
+    err = (got - want).abs().max().item()
+    raise Failure(f"differs by up to {err:.2g} from the paper's formula computed with its own W_q, W_k, "
+                  "W_v, W_o (and the key and value apart)")
+
 
 # %% ../../notebooks/24_check.ipynb #c039
 def _mha_shape(m):
