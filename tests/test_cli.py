@@ -96,6 +96,45 @@ def test_usage_errors_are_one_line(capsys, args, message):
     assert err.count("\n") == 1 and message in err and "--help" in err
 
 
+def float_options() -> list[tuple[str, str]]:
+    """(subcommand, option) for every option whose type reads "0.5" as a float."""
+    found = []
+    for name, parser in parsers().items():
+        for action in parser._actions:
+            try:
+                reads = callable(action.type) and isinstance(action.type("0.5"), float)
+            except (ValueError, TypeError, argparse.ArgumentTypeError):
+                reads = False  # an int option
+            if reads and action.option_strings:
+                found.append((name, action.option_strings[0]))
+    return found
+
+
+def test_the_float_options_are_found():
+    found = {option for _, option in float_options()}
+    assert {"--minutes", "--lr-factor", "--label-smoothing", "--dropout", "--alpha"} <= found
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "NaN", "1e400"])
+@pytest.mark.parametrize("command, option", float_options())
+def test_float_options_refuse_infinity_and_nan_by_name(capsys, command, option, value):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, f"{option}={value}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"argument {option}: " in err and value in err, err
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate", "translate"])
+def test_alpha_must_be_at_least_0(capsys, command):
+    with pytest.raises(SystemExit):
+        main([command, "--alpha", "-0.5"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "argument --alpha: must be >= 0, got -0.5" in err, err
+    given = [command, "--alpha", "0"] + ["--checkpoint", "model.pt"] * (command != "train")
+    assert build_parser().parse_args(given).alpha == 0.0
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -239,3 +239,66 @@ def test_d_model_must_be_divisible_by_n_heads(d_model, n_heads):
         match=rf"d_model must be divisible by n_heads, got d_model={d_model} and n_heads={n_heads}",
     ):
         MultiHeadAttention(d_model, n_heads)
+
+
+# ---- Inputs refused by name (the layer is public: the README calls it) ---------------------------
+
+
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize(
+    ("mask", "error", "match"),
+    [
+        (
+            torch.ones(2, 1, 1, 5),
+            TypeError,
+            r"mask must have dtype torch\.bool.*got torch\.float32",
+        ),
+        (
+            torch.zeros(2, 1, 1, 5),
+            TypeError,
+            r"mask must have dtype torch\.bool.*got torch\.float32",
+        ),
+        (
+            torch.ones(2, 1, 1, 5, dtype=torch.long),
+            TypeError,
+            r"mask must have dtype.*torch\.int64",
+        ),
+        (
+            torch.ones(2, 1, 1, 4, dtype=torch.bool),
+            ValueError,
+            r"mask of shape \(2, 1, 1, 4\) cannot",
+        ),
+    ],
+)
+def test_a_mask_that_is_not_bool_or_does_not_fit_is_refused(
+    mask, error, match, need_weights, training
+):
+    mha = MultiHeadAttention(32, 4).train(training)
+    x = torch.randn(2, 5, 32)
+    with pytest.raises(error, match=match):
+        mha(x, x, x, mask=mask, need_weights=need_weights)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("which", ["query", "key", "value"])
+def test_an_input_whose_width_is_not_d_model_is_refused_by_name(which, need_weights):
+    mha = MultiHeadAttention(32, 4).eval()
+    x = torch.randn(2, 5, 32)
+    given = {"query": x, "key": x, "value": x, which: torch.randn(2, 5, 16)}
+    with pytest.raises(
+        ValueError, match=rf"^{which} must have shape \(B, L, d_model=32\), got \(2, 5, 16\)$"
+    ):
+        mha(**given, need_weights=need_weights)
+
+
+def test_a_bool_mask_reaches_the_kernel_unchanged():
+    """The check reads only the mask's dtype and shape: the output is the kernel's, bit for bit."""
+    mha = MultiHeadAttention(32, 4, dropout=0.0).eval()
+    x, mask = (
+        torch.randn(2, 5, 32),
+        padding_mask(torch.tensor([[4, 8, 3, 9, 2], [7, 5, 1, 0, 0]]), 0),
+    )
+    q, k, v = (mha.split_heads(w(x)) for w in (mha.W_q, mha.W_k, mha.W_v))  # (B, H, T, Dk) each
+    kernel = torch.nn.functional.scaled_dot_product_attention(q, k, v, mask)  # (B, H, T, Dv)
+    assert torch.equal(mha(x, x, x, mask=mask), mha.W_o(mha.merge_heads(kernel)))

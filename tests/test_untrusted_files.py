@@ -183,6 +183,28 @@ def test_a_tokenizer_of_another_run_is_refused(capsys, tmp_path, tok, other_tok)
     assert code == 0 and out.count("\n") == 1 and err == ""
 
 
+def test_a_tokenizer_is_compared_by_its_hash_before_it_is_parsed(capsys, tmp_path, tok):
+    ckpt = make_run(tmp_path / "run", tok, record_tokenizer=True)
+    junk = tmp_path / "junk.json"
+    junk.write_text('{"not": "a tokenizer"}')  # parsing it would fail: the hash refuses it first
+    code, out, err = translate(capsys, ckpt, "--tokenizer", junk, "Ein Hund.")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert f"{junk} is not the tokenizer that the model in {ckpt} was trained with" in err
+    assert "SHA-256 differs" in err
+
+
+@pytest.mark.parametrize("record_tokenizer", [True, False])
+def test_a_tokenizer_file_over_the_cap_is_refused_unread(capsys, tmp_path, tok, record_tokenizer):
+    ckpt = make_run(tmp_path / "run", tok, record_tokenizer=record_tokenizer)
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as f:
+        f.truncate(multi30k_task.TOKENIZER_MAX_BYTES + 1)  # a sparse file: no disk space used
+    code, out, err = translate(capsys, ckpt, "--tokenizer", huge, "Ein Hund.")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    cap = f"{multi30k_task.TOKENIZER_MAX_BYTES:,}"
+    assert f"{huge} is {multi30k_task.TOKENIZER_MAX_BYTES + 1:,} bytes, more than the {cap}" in err
+
+
 def test_a_checkpoint_without_a_recorded_tokenizer_still_loads(capsys, tmp_path, tok, other_tok):
     ckpt = make_run(tmp_path / "run", tok)  # as older versions saved (results/ holds one)
     save_tokenizer(other_tok, tmp_path / "other.json")
@@ -211,7 +233,10 @@ def test_train_records_its_tokenizer_and_resume_refuses_another(
     capsys.readouterr()
     save_tokenizer(other_tok, out / "tokenizer.json")  # another run's tokenizer, same size
     err = fails(capsys, ["train", "--resume", out, "--steps", "3"])
-    assert f"{out / 'tokenizer.json'} is not the tokenizer this run trained with" in err
+    assert (
+        f"{out / 'tokenizer.json'} is not the tokenizer that the model in {out / 'checkpoint.pt'}"
+        in err
+    )
 
 
 # ---- 5. A pickle that asks for code ---------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from .config import PRESETS, RunConfig, positive
+from .config import PRESETS, RunConfig, number, positive
 from .inference import check_beam, load_for_inference, source_lines
 from .onnx_export import add_command as add_export_onnx
 from .onnx_graphs import EXTRA_TARGET_TOKENS
@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="tokenizer file (default: tokenizer.json next to the checkpoint)")
         p.add_argument("--beam", type=positive(int), default=4,
                        help="beam size; 1 means greedy decoding (default 4)")
-        p.add_argument("--alpha", type=float, default=0.6, help="length penalty alpha (default 0.6)")
+        p.add_argument("--alpha", type=number(float, at_least=0), default=0.6,
+                       help="length penalty alpha (default 0.6)")
         p.add_argument("--device", default=None, help="cpu or cuda (default cpu)")
         add_direction_check(p)
     evaluate.add_argument("--split", default="test_2016_flickr", help="val or test_2016_flickr (default)")

@@ -17,11 +17,11 @@ from tokenizers import Tokenizer
 
 from ..data.multi30k import check_direction, direction_name
 from ..training.checkpoint import load_checkpoint
-from ..data.tokenizer import encode, load_tokenizer
-from ..files import sha256_of
+from ..data.tokenizer import encode
 from ..model.transformer import Transformer
 from ..runs.folder import check_run_file
 from .memory import check_memory
+from .multi30k_task import read_tokenizer
 
 # %% ../../notebooks/32_inference.ipynb #c004
 class Loaded(NamedTuple):
@@ -56,18 +56,13 @@ def load_for_inference(
     check_run_file(path, run)
     if tok_path.parent == path.parent:
         check_run_file(tok_path, run)
-    tok = load_tokenizer(tok_path)  # a ValueError that names the file if it is not a tokenizer
+    recorded = ckpt.extra.get("tokenizer_sha256")  # None: saved before 'train' recorded it
+    tok = read_tokenizer(tok_path, recorded, path)  # capped, hashed, then parsed (appendix 31)
     cfg, size = ckpt.model.cfg, tok.get_vocab_size()
     if size != cfg.src_vocab or size != cfg.tgt_vocab:
         raise ValueError(
             f"{tok_path} has {size} tokens but the model in {path} has vocabularies of "
             f"{cfg.src_vocab} and {cfg.tgt_vocab}: they come from different runs (pass --tokenizer)"
-        )
-    recorded = ckpt.extra.get("tokenizer_sha256")  # None: saved before 'train' recorded it
-    if recorded is not None and sha256_of(tok_path) != recorded:  # same size, other subwords
-        raise ValueError(
-            f"{tok_path} is not the tokenizer that the model in {path} was trained with: its "
-            "SHA-256 differs from the one the checkpoint records (pass that run's tokenizer.json)"
         )
     trained = ckpt.extra.get("direction", "de-en")  # saved before there was a choice: German->English
     if direction is not None and direction != trained:

@@ -12,7 +12,7 @@ import dataclasses
 
 from annotated.decoding.copy_task import COPY_MODEL
 from annotated.data.multi30k import DIRECTIONS
-from annotated.app.config import MODEL_FIELDS, PRESETS, RunOptions, positive
+from annotated.app.config import MODEL_FIELDS, PRESETS, RunOptions, number, positive
 from annotated.app.tasks import TASKS
 
 
@@ -70,6 +70,7 @@ def add_model_options(train: argparse.ArgumentParser) -> None:
                                help=f"model: {f.name} = True ({note})")
         else:
             kind = int if f.type == int | None else f.type  # d_k: None (d_model / h) unless given
+            kind = number(float) if kind is float else kind  # dropout: finite; the config checks its range
             model.add_argument(flag, type=kind, default=None, help=f"model: {f.name} ({note})")
 
 
@@ -91,7 +92,7 @@ def add_train_options(train: argparse.ArgumentParser) -> None:
     add("--steps", type=pos_int, help="stop after this many optimizer updates")
     add("--minutes", type=pos_float, help="stop after this much wall-clock time")
     add_model_options(train)
-    add("--label-smoothing", type=float, help="epsilon_ls of §5.4 (default %(default)s)")
+    add("--label-smoothing", type=number(float), help="epsilon_ls of §5.4 (default %(default)s)")
     add("--warmup", type=pos_int,
         help=f"warm-up updates of the learning-rate schedule (§5.3; default {per_task('warmup')})")
     add("--no-warmup", action="store_true",

@@ -16,6 +16,9 @@ class Dropout(nn.Dropout):
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p in (0.0, 1.0) or x.device.type != "cpu":
             return super().forward(x)  # PyTorch's kernel: fused on a GPU; p = 1 zeroes everything
+        # drawn in float32 at least: in bfloat16 the draw and P_drop would both be rounded to 8
+        # significant bits, and too few entries kept (the check below)
+        draw = torch.rand_like(x, dtype=torch.promote_types(x.dtype, torch.float32))  # (...) like x
         # 1/(1 - P_drop) where the uniform draw is >= P_drop = self.p, else 0; built in place
-        scale = torch.rand_like(x).ge_(self.p).div_(1.0 - self.p)  # (...) like x
-        return x * scale  # the expected value of each entry stays x
+        scale = draw.ge_(self.p).div_(1.0 - self.p)
+        return (x * scale).to(x.dtype)  # the expected value of each entry stays x

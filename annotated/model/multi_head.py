@@ -10,7 +10,7 @@ __all__ = ['MultiHeadAttention', 'split_weights']
 import torch
 from torch import Tensor, nn
 
-from .scaled_dot_product import attention
+from .scaled_dot_product import attention, check_mask
 from .masks import causal_mask
 from ..validation import positive_int
 
@@ -47,6 +47,7 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, query, key, value, mask=None, cache=None, need_weights=False, is_causal=False):
         """query (B, T, D), key and value (B, S, D); mask: bool, True = may attend."""
+        check_widths(self.d_model, query=query, key=key, value=value)  # by name (the aside below)
         q = self.split_heads(self.W_q(query))  # (B, H, T, Dk)
         k, v = self.keys_values(key, value, cache)  # (B, H, S, Dk), (B, H, S, Dv)
         x, weights = self.attend(q, k, v, mask, need_weights, is_causal)  # Eq. 1 per head
@@ -76,6 +77,15 @@ class MultiHeadAttention(nn.Module):
         return x.transpose(1, 2).reshape(B, L, self.d_model)
 
 
+# %% ../../notebooks/04_multi_head_attention.ipynb #c008check
+def check_widths(d_model: int, **inputs: Tensor) -> None:
+    """Raise a clear error unless each input, named as the layer names it, is (B, L, d_model)."""
+    for name, x in inputs.items():
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 3 or x.size(-1) != d_model:
+            raise ValueError(f"{name} must have shape (B, L, d_model={d_model}), got {tuple(x.shape)}")
+
 # %% ../../notebooks/35_implementation_details.ipynb #6e497621
 def attend_fused(self: MultiHeadAttention, q, k, v, mask, need_weights=False, is_causal=False):
     """Eq. 1 in every head through PyTorch's kernel; chapter 04's formula when the weights are asked for."""
@@ -84,6 +94,8 @@ def attend_fused(self: MultiHeadAttention, q, k, v, mask, need_weights=False, is
             mask = causal_mask(q.size(2), q.device)  # (1, 1, T, T); T == S here
         x, weights = attention(q, k, v, mask, self.dropout, self.scale)  # (B, H, T, Dv), (B, H, T, S)
         return x, weights.detach()
+    if mask is not None:  # the kernel would add a float mask to the scores: refused, as attention does
+        check_mask(mask, q.shape[:-1] + k.shape[-2:-1])  # the scores' (B, H, T, S)
     p = self.dropout.p if self.training else 0.0
     scale = None if self.scale else 1.0  # None: the kernel's default 1/sqrt(d_k)
     x = torch.nn.functional.scaled_dot_product_attention(q, k, v, mask, p, is_causal, scale=scale)  # (B, H, T, Dv)

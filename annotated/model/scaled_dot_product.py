@@ -67,10 +67,11 @@ def check_mask(mask: Tensor, scores_shape: torch.Size, name: str = "mask") -> No
             f"{name} must have dtype torch.bool (True = may attend), got {mask.dtype}; "
             "for a 0/1 tensor use mask.bool()"
         )
-    try:
-        fits = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
-    except RuntimeError:
-        fits = False
+    # each size, from the right, is 1 or the scores': what torch.broadcast_shapes says, many times
+    # faster (the multi-head layer checks its mask on every call)
+    fits = mask.dim() <= len(scores_shape) and all(  # fewer dimensions: the missing ones are 1
+        m in (1, s) for m, s in zip(reversed(mask.shape), reversed(scores_shape), strict=False)
+    )
     if not fits:  # a mask may only broadcast *to* the scores, never enlarge them
         raise ValueError(
             f"{name} of shape {tuple(mask.shape)} cannot broadcast to the attention scores "
