@@ -33,7 +33,8 @@ from annotated.check.framework import (
     tensor_of,
     with_common,
 )
-from annotated.check.wiring import dropout_placement, own_norms, wiring
+from annotated.check.sublayer_checks import dropout_placement, own_norms
+from annotated.check.wiring import wiring
 
 # %% ../../notebooks/25_check_model.ipynb #c005
 def affine_candidates(m: nn.Module) -> list[tuple[Tensor | None, Tensor | None]]:

@@ -35,7 +35,8 @@ from annotated.check.framework import (
     with_common,
 )
 from annotated.check.layer_checks import closed_form_encoding, is_layer_normalised
-from annotated.check.wiring import dropout_placement, model_wiring, own_norms, wiring
+from annotated.check.sublayer_checks import dropout_placement, own_norms
+from annotated.check.wiring import model_wiring, wiring
 
 # %% ../../notebooks/25_check_model.ipynb #b2e5d1ab
 def _dec_inputs() -> tuple[Tensor, Tensor, Tensor, Tensor]:
