@@ -94,8 +94,10 @@ lint-workflows: $(STAMP)
 	$(BIN)/zizmor --offline --quiet .github/workflows
 
 # The unit tests not marked slow and every notebook's stored outputs, on all cores (make test).
+# The notebooks first: the longest pieces of work start early and the short unit-test files fill the
+# end, so neither worker waits alone for one long notebook at the end.
 test-suite: $(STAMP)
-	$(WORKERS) $(BIN)/pytest $(XDIST) $(NBVAL) tests notebooks $(FAST)
+	$(WORKERS) $(BIN)/pytest $(XDIST) $(NBVAL) notebooks tests $(FAST)
 
 # The unit tests marked slow, those that start Python processes or train for seconds: the command
 # line end to end, signals, distributed runs, the sandbox's time limits (CI, after make test).
@@ -139,11 +141,14 @@ test-latest:
 
 # A browser smoke test (make test): the landing page, two chapters and the translator, light and
 # dark, at 1,366 and 390 px, with the accessibility audit. test-sweep (CI) opens every other page too.
+# The browser tests live in tests/test_*browser.py (tests/test_project.py holds it): only those files
+# are collected, not the whole suite.
+BROWSER  := $(wildcard tests/test_*browser.py)
 test-browser: $(STAMP)
-	$(BIN)/pytest tests -m "browser and not sweep"
+	$(BIN)/pytest $(BROWSER) -m "browser and not sweep"
 
 test-sweep: $(STAMP)
-	$(BIN)/pytest -n auto --maxprocesses 4 --dist load tests -m "browser and sweep"
+	$(BIN)/pytest -n auto --maxprocesses 4 --dist load $(BROWSER) -m "browser and sweep"
 
 # The book as one PDF, book/_build/pdf/annotated.pdf: each page of the HTML build printed by Chromium
 # in reading order, with a contents page, bookmarks and page numbers (tools/book_pdf.py). The release

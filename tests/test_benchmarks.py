@@ -32,6 +32,7 @@ def test_make_bench_runs_every_benchmark() -> None:
     assert not missing, f"make bench does not run {missing}"
 
 
+@pytest.mark.slow  # a Python process each, 3 to 17 s: make test-slow runs them
 @pytest.mark.parametrize("script", sorted(TINY))
 def test_benchmark_runs_at_a_tiny_size(script, data_dir) -> None:
     args, expected = TINY[script]

@@ -103,6 +103,13 @@ def test_pin_release_check_notices_a_notebook_of_another_release(tmp_path):
     assert pin_release.pinned_notebook(stale, version, repository) == text
 
 
+def test_browser_tests_live_where_make_collects_them():
+    """make test-browser and test-sweep collect tests/test_*browser.py alone."""
+    browser = re.compile(r"^(pytestmark = |@)pytest\.mark\.browser", re.MULTILINE)
+    marked = {p.name for p in (ROOT / "tests").glob("test_*.py") if browser.search(p.read_text())}
+    assert marked and all(name.endswith("browser.py") for name in marked), marked
+
+
 def test_no_code_comment_speaks_of_the_prose_or_the_tests():
     """A comment in a code cell speaks to the reader, not of "the prose", the tests or nbval."""
     maintainers = re.compile(  # "the test BLEU" and "the test set" are the reader's words
