@@ -94,10 +94,8 @@ lint-workflows: $(STAMP)
 	$(BIN)/zizmor --offline --quiet .github/workflows
 
 # The unit tests not marked slow and every notebook's stored outputs, on all cores (make test).
-# The notebooks first: the longest pieces of work start early and the short unit-test files fill the
-# end, so neither worker waits alone for one long notebook at the end.
 test-suite: $(STAMP)
-	$(WORKERS) $(BIN)/pytest $(XDIST) $(NBVAL) notebooks tests $(FAST)
+	$(WORKERS) $(BIN)/pytest $(XDIST) $(NBVAL) tests notebooks $(FAST)
 
 # The unit tests marked slow, those that start Python processes or train for seconds: the command
 # line end to end, signals, distributed runs, the sandbox's time limits (CI, after make test).

@@ -7,6 +7,7 @@ __all__ = ['FILES_URL_ENV', 'CACHE_ENV', 'REPOSITORY_FILES', 'book_files', 'book
            'book_path']
 
 # %% ../notebooks/37_book_files.ipynb #bf02
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -95,9 +96,28 @@ def cached_book_path(name: str) -> Path:
     return cache / str(name).strip("/")
 
 
+@functools.cache
+def _clone_sha256(path: Path, mtime_ns: int, size: int) -> str:
+    """The SHA-256 of a clone's file, computed once per version of it (its time and size)."""
+    return sha256_of(path)
+
+
+def _check_clone_file(path: Path, entry: dict) -> None:
+    """Refuse a clone's file whose size or SHA-256 is not the listed one."""
+    stat = path.stat()
+    if stat.st_size != entry["size"] or _clone_sha256(path, stat.st_mtime_ns, stat.st_size) != entry["sha256"]:
+        raise ValueError(
+            f"{path} is not the file this package was built with ({stat.st_size:,} bytes, expected "
+            f"{entry['size']:,} with sha256 {entry['sha256'][:12]}...): after changing results/, run "
+            "make export to list it again; otherwise check out the version that matches the package"
+        )
+
+
 def book_path(name: str) -> Path:
     """The local path of one of the book's files or folders (e.g. "results/copy"), fetched if needed."""
     wanted, root = _listed(name), clone_root()
     if root is not None and all((root / n).is_file() for n in wanted):
-        return root / str(name).strip("/")  # the clone's own copy
+        for n, entry in wanted.items():
+            _check_clone_file(root / n, entry)
+        return root / str(name).strip("/")  # the clone's own copy, checked like a download
     return cached_book_path(name)

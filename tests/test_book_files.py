@@ -52,6 +52,21 @@ def test_inside_the_clone_the_repository_copy_is_used():
     assert book_path("results/copy/") == ROOT / "results/copy"
 
 
+def test_a_clone_s_file_that_differs_from_the_list_is_refused(tmp_path, monkeypatch):
+    """A clone's copy is checked like a download: an edited file is named, not read."""
+    clone = tmp_path / "clone"
+    shutil.copytree(ROOT / "results/copy", clone / "results/copy")
+    monkeypatch.setattr(book_files, "clone_root", lambda: clone)
+    assert book_path(NAME) == clone / NAME
+    (clone / NAME).write_text((ROOT / NAME).read_text().replace('"copy"', '"kopy"', 1))
+    with pytest.raises(
+        ValueError, match=r"results\.json is not the file this package was built with"
+    ):
+        book_path(NAME)
+    with pytest.raises(ValueError, match="run make export"):
+        book_path("results/copy")
+
+
 def test_outside_a_clone_a_file_is_downloaded_checked_and_cached(server, monkeypatch):
     served, cache = server
     monkeypatch.setattr(book_files, "clone_root", lambda: None)
