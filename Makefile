@@ -7,6 +7,12 @@
 # Each command prints how long it took (START is read once, when make starts).
 
 PYTHON ?= python3
+# Every command here starts Python processes that import PyTorch (each notebook's kernel, each command-line
+# test). Where the environment sets PYTHONDONTWRITEBYTECODE, none of them may cache its compiled bytecode,
+# so every process compiles PyTorch's sources again (about 2 s of CPU for `import torch`, 4 s more with
+# torch._dynamo, which Adam imports): the recipes let Python write its caches, the first import of a
+# module pays for the rest.
+unexport PYTHONDONTWRITEBYTECODE
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
