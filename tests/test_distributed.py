@@ -138,11 +138,14 @@ def test_each_process_draws_its_own_dropout_and_only_rank_0_reads_snapshots(tmp_
         env.pop(name, None)
     script = tmp_path / "masks.py"
     script.write_text(MASKS)
-    run = [*RUN[:-1], "0.5", "--steps", "2", "--eval-every", "1"]  # --dropout 0.5; a snapshot per update
+    # --dropout 0.5, and a snapshot after each of 2 updates
+    run = [*RUN[:-1], "0.5", "--steps", "2", "--eval-every", "1"]
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 
     def command(*args):
-        done = subprocess.run([*args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+        done = subprocess.run(
+            [*args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
+        )
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
         return done
 
@@ -153,5 +156,7 @@ def test_each_process_draws_its_own_dropout_and_only_rank_0_reads_snapshots(tmp_
     assert torch.equal(m0, one[: len(m0)])  # rank 0 draws what one process draws, as before
 
     # the finished run's snapshots are gone: rank 0 alone looks for them, and says so once
-    resumed = command(*launch, "-m", "annotated", "train", "--resume", tmp_path / "two", "--steps", "3")
+    resumed = command(
+        *launch, "-m", "annotated", "train", "--resume", tmp_path / "two", "--steps", "3"
+    )
     assert resumed.stdout.count("snapshot-1.pt is missing") == 1, resumed.stdout

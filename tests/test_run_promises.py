@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import torch
 from cli_helpers import COPY, fails
 
 from annotated.app import main
@@ -60,14 +59,17 @@ def test_a_finished_run_with_a_larger_budget_trains_on(capsys, finished, tmp_pat
 
 def test_a_finished_time_budget_is_refused(capsys, tmp_path):
     out = tmp_path / "timed"
-    assert main([*COPY, "--minutes", "0.01", "--eval-size", "16", "--batch-size", "8", "--out", str(out)]) == 0
+    timed = [*COPY, "--minutes", "0.01", "--eval-size", "16", "--batch-size", "8"]
+    assert main([*timed, "--out", str(out)]) == 0
     capsys.readouterr()
     line = fails(capsys, ["train", "--resume", out, "--minutes", "0.01"])
     assert "finished" in line and "--minutes 0.01" in line, line
 
 
 def git(where, *args):
-    return subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, check=True)
+    return subprocess.run(
+        ["git", "-C", str(where), *args], capture_output=True, text=True, check=True
+    )
 
 
 @pytest.fixture
