@@ -123,7 +123,7 @@ def test_the_loss_curve_stays_bounded_however_long_the_run(tmp_path):
 
     curve = []
     for step in range(1, 1_000_001):
-        add_to_curve(curve, step, 1.0 / step)
+        add_to_curve(curve, (step, round(1.0 / step, 4)))
     steps = [s for s, _ in curve]
     assert CURVE_POINTS // 2 <= len(curve) <= CURVE_POINTS
     every = steps[0]
@@ -142,5 +142,17 @@ def test_a_short_run_keeps_every_update():
 
     curve = []
     for step in range(1, 101):
-        add_to_curve(curve, step, 2.0)
+        add_to_curve(curve, (step, 2.0))
     assert [s for s, _ in curve] == list(range(1, 101))
+
+
+def test_the_evaluations_stay_bounded_too():
+    """They come every eval_every updates: the curve keeps every k-th of them, k doubling."""
+    from annotated.app.run import CURVE_POINTS, add_to_curve
+
+    evals = []
+    for step in range(50, 50 * 3 * CURVE_POINTS + 1, 50):
+        add_to_curve(evals, (step, 0.5, 0.25))
+    steps = [s for s, *_ in evals]
+    assert len(evals) <= CURVE_POINTS and steps == list(range(steps[0], steps[-1] + 1, steps[0]))
+    assert steps[0] % 50 == 0 and steps[-1] > 50 * 2 * CURVE_POINTS

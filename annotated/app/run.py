@@ -67,16 +67,15 @@ def _setup(task: Task, opt, rt: Runtime, resumed: Checkpoint | None) -> tuple:
 
 
 # %% ../../notebooks/31_tasks.ipynb #c015b3
-CURVE_POINTS = 4096  # at most this many (update, loss) pairs: about 80 KB of a checkpoint
+CURVE_POINTS = 4096  # rows a curve keeps at most: about 80 KB of a checkpoint for the loss curve
 
 
-def add_to_curve(curve: list[tuple[int, float]], step: int, loss: float) -> None:
-    """Keep the loss of every k-th update (k is the first update listed), k doubling when the curve is full."""
-    every = curve[0][0] if curve else 1
-    if step % every == 0:
-        curve.append((step, round(loss, 4)))
+def add_to_curve(curve: list[tuple], row: tuple) -> None:
+    """Append `row` (update first) if its update is a multiple of the first row's; halve past CURVE_POINTS."""
+    if not curve or row[0] % curve[0][0] == 0:
+        curve.append(row)
     if len(curve) > CURVE_POINTS:
-        curve[:] = curve[1::2]  # the multiples of 2k
+        curve[:] = curve[1::2]  # the rows of the multiples of 2k
 
 # %% ../../notebooks/31_tasks.ipynb #c015d
 def _train(task: Task, opt, rt, run, argv, signals, resumed, folder) -> dict:
@@ -102,12 +101,12 @@ def _train(task: Task, opt, rt, run, argv, signals, resumed, folder) -> dict:
     def after(step: int, loss: float) -> None:
         if not math.isfinite(loss):
             folder.diverged(step, loss)
-        add_to_curve(curve, step, loss)
+        add_to_curve(curve, (step, round(loss, 4)))
         if rt.main and step % opt.log_every == 0:
             log(task.log_line(step, loss, time.time() - started, trainer.lr))
         if rt.main and step % opt.eval_every == 0:
             snapshots.add(step, model)
-            evals.append(task.evaluate(model, snapshots, step, time.time() - started))
+            add_to_curve(evals, task.evaluate(model, snapshots, step, time.time() - started))
         if step % opt.save_every == 0:
             save(step)
 
