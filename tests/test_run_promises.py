@@ -156,3 +156,13 @@ def test_the_evaluations_stay_bounded_too():
     steps = [s for s, *_ in evals]
     assert len(evals) <= CURVE_POINTS and steps == list(range(steps[0], steps[-1] + 1, steps[0]))
     assert steps[0] % 50 == 0 and steps[-1] > 50 * 2 * CURVE_POINTS
+
+
+def test_fewer_minutes_than_the_run_trained_are_refused(capsys, finished, tmp_path):
+    run, before = copy_of(finished, tmp_path)
+    wall = load_checkpoint(run / "checkpoint.pt", restore_rng=False).extra["progress"]["wall"]
+    assert wall > 60 * 0.001
+    capsys.readouterr()
+    line = fails(capsys, ["train", "--resume", run, "--steps", 6, "--minutes", 0.001])
+    assert "--minutes 0.001" in line and "minutes that run" in line, line
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before

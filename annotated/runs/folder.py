@@ -112,6 +112,12 @@ def check_budget(out: Path, resumed: Checkpoint, steps: int | None, minutes: flo
             f"--steps {steps} is below the {done} updates that run {run} in {out} has done: "
             f"--resume may only grow the budget (give --steps above {done})"
         )
+    own = resumed.extra.get("args", {}).get("minutes")  # its own, spent if time ran out, still finishes it
+    if minutes is not None and minutes != own and 60 * minutes < wall:
+        raise ValueError(
+            f"--minutes {minutes:g} is below the {wall / 60:.2f} minutes that run {run} in {out} has "
+            "trained: --resume may only grow the budget"
+        )
     try:
         manifest = json.loads((Path(out) / MANIFEST).read_text(encoding="utf-8"))
         finished = manifest.get("finished") is True and manifest["step"] == done and manifest["run"] == run
