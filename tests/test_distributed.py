@@ -106,3 +106,57 @@ def test_two_processes_match_one(tmp_path):
         else:
             # Each process normalising by its own token count would differ by about 3e-4 here.
             assert diff < 1e-6, (name, diff)
+
+
+# Under torchrun: record the first dropout mask each process draws, then run the command line.
+MASKS = """
+import os, sys
+import torch
+from annotated.app import main
+from annotated.model import Dropout
+
+masks, forward = [], Dropout.forward
+
+def recorded(self, x):
+    out = forward(self, x)
+    masks.append(out == 0)
+    return out
+
+Dropout.forward = recorded
+code = main(sys.argv[2:])
+if masks:
+    torch.save(masks[0], f"{sys.argv[1]}/mask-{os.environ.get('RANK', 'one')}.pt")
+sys.exit(code)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not dist.is_available(), reason="this PyTorch build has no torch.distributed")
+def test_each_process_draws_its_own_dropout_and_only_rank_0_reads_snapshots(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    script = tmp_path / "masks.py"
+    script.write_text(MASKS)
+    # --dropout 0.5, and a snapshot after each of 2 updates
+    run = [*RUN[:-1], "0.5", "--steps", "2", "--eval-every", "1"]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+
+    def command(*args):
+        done = subprocess.run(
+            [*args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
+        )
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+        return done
+
+    command(*launch, script, tmp_path, *run, "--out", tmp_path / "two")
+    command(sys.executable, script, tmp_path, *run, "--out", tmp_path / "one")
+    m0, m1, one = (torch.load(tmp_path / f"mask-{r}.pt") for r in ("0", "1", "one"))
+    assert m0.shape == m1.shape and not torch.equal(m0, m1)  # each process its own masks
+    assert torch.equal(m0, one[: len(m0)])  # rank 0 draws what one process draws, as before
+
+    # the finished run's snapshots are gone: rank 0 alone looks for them, and says so once
+    resumed = command(
+        *launch, "-m", "annotated", "train", "--resume", tmp_path / "two", "--steps", "3"
+    )
+    assert resumed.stdout.count("snapshot-1.pt is missing") == 1, resumed.stdout

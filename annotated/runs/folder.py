@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['MANIFEST', 'RUN_FILES', 'writable_folder', 'writable_file', 'remove_created', 'remove_stale_temporaries',
-           'write_manifest', 'check_run_file', 'RunFiles', 'RunSaves', 'RunFolder', 'resume_into']
+           'write_manifest', 'check_run_file', 'check_budget', 'RunFiles', 'RunSaves', 'RunFolder', 'resume_into']
 
 # %% ../../notebooks/30_runs.ipynb #c002
 import json
@@ -74,10 +74,11 @@ def remove_stale_temporaries(folder: Path) -> int:
     return len(stale)
 
 
-def write_manifest(out: Path, run: str, step: int) -> None:
-    """List the run's files with their SHA-256, last: a folder that mixes two runs then shows it."""
+def write_manifest(out: Path, run: str, step: int, finished: bool = False) -> None:
+    """List the run's files with their SHA-256, last: a folder that mixes two runs then shows it.
+    `finished`: the run wrote its results at `step` (and dropped its snapshots)."""
     files = {p.name: sha256_of(p) for p in sorted(out.iterdir()) if p.name in RUN_FILES}
-    write_results(out / MANIFEST, {"run": run, "step": step, "files": files})
+    write_results(out / MANIFEST, {"run": run, "step": step, "finished": finished, "files": files})
 
 
 def check_run_file(path: Path, run: str | None) -> None:
@@ -101,6 +102,37 @@ def check_run_file(path: Path, run: str | None) -> None:
             "of two runs (a run was killed between two files, or a new run wrote over an old one)"
         )
 
+# %% ../../notebooks/30_runs.ipynb #c012c3
+def check_budget(out: Path, resumed: Checkpoint, steps: int | None, minutes: float | None) -> None:
+    """Refuse a budget below what the resumed run has done, or one that trains a finished run no further."""
+    done, run = resumed.step, resumed.extra.get("run")
+    wall = resumed.extra.get("progress", {}).get("wall", 0.0)  # seconds trained so far
+    if steps is not None and steps < done:
+        raise ValueError(
+            f"--steps {steps} is below the {done} updates that run {run} in {out} has done: "
+            f"--resume may only grow the budget (give --steps above {done})"
+        )
+    own = resumed.extra.get("args", {}).get("minutes")  # its own, spent if time ran out, still finishes it
+    if minutes is not None and minutes != own and 60 * minutes < wall:
+        raise ValueError(
+            f"--minutes {minutes:g} is below the {wall / 60:.2f} minutes that run {run} in {out} has "
+            "trained: --resume may only grow the budget"
+        )
+    try:
+        manifest = json.loads((Path(out) / MANIFEST).read_text(encoding="utf-8"))
+        finished = manifest.get("finished") is True and manifest["step"] == done and manifest["run"] == run
+    except (OSError, ValueError, KeyError, AttributeError):  # unfinished, or damaged: the loads check it
+        finished = False
+    if not finished:
+        return
+    if steps is not None and steps <= done:
+        spent = f"--steps {steps} trains it no further (give --steps above {done})"
+    elif minutes is not None and 60 * minutes <= wall:
+        spent = f"--minutes {minutes:g} trains it no further (it has trained {wall / 60:.2f} minutes)"
+    else:
+        return
+    raise ValueError(f"run {run} in {out} finished at update {done}, and {spent}: its results stay as they are")
+
 # %% ../../notebooks/30_runs.ipynb #c013
 class RunFiles:
     """The files of OUT while a run trains: its id and options, and the weight snapshots on disk."""
@@ -123,8 +155,8 @@ class RunFiles:
         }
 
     def load_snapshots(self, ckpt: Checkpoint | None) -> list[tuple[int, dict]]:
-        """The weight snapshots that a resumed checkpoint lists."""
-        if ckpt is None:
+        """The weight snapshots that a resumed checkpoint lists: rank 0 alone keeps snapshots."""
+        if ckpt is None or not self.main:
             return []
         snapshots, like = [], ckpt.model.state_dict()
         for step in ckpt.extra.get("snapshots", []):

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+import annotated
 from ..files import atomic_write
 from ..model.transformer import Transformer
 from .processes import Runtime
@@ -40,15 +41,21 @@ def should_stop(
     return stop
 
 
-def git_commit() -> str:
-    """The repository's commit, or 'unknown' outside a git checkout."""
+def git_commit(package: Path = Path(annotated.__file__).parent) -> str:
+    """The commit of the checkout that holds `package` (this one), '+modified' when its files differ
+    from it; 'unknown' when git does not track them (installed from a wheel) or is missing."""
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True, timeout=5)
+
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
-        )
-        return out.stdout.strip() or "unknown"
+        if git("ls-files", "--error-unmatch", ".").returncode != 0:  # not a checkout, or one that ignores it
+            return "unknown"
+        commit = git("rev-parse", "--short", "HEAD").stdout.strip() or "unknown"
+        changed = git("status", "--porcelain", "--", ".").stdout.strip()  # edited, or new and not ignored
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    return f"{commit}+modified" if changed and commit != "unknown" else commit
 
 
 def hardware(rt: Runtime) -> str:
