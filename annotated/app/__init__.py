@@ -24,7 +24,7 @@ from annotated.app.multi30k_task import (
     Multi30kTraining,
     Multi30kTask,
 )
-from annotated.app.run import train
+from annotated.app.run import CURVE_POINTS, train, add_to_curve
 from annotated.app.task import TaskDefaults, Task
 from annotated.app.tasks import TASKS, run_config, with_task_defaults
 from annotated.app.inference import Loaded, load_for_inference
@@ -49,7 +49,9 @@ __all__ = [
     "read_tokenizer",
     "Multi30kTraining",
     "Multi30kTask",
+    "CURVE_POINTS",
     "train",
+    "add_to_curve",
     "TaskDefaults",
     "Task",
     "TASKS",

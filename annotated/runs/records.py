@@ -7,6 +7,7 @@ __all__ = ['should_stop', 'git_commit', 'hardware', 'run_record', 'strict', 'wri
 
 # %% ../../notebooks/30_runs.ipynb #c008
 import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -19,7 +20,6 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-import annotated
 from ..files import atomic_write
 from ..model.transformer import Transformer
 from .processes import Runtime
@@ -41,9 +41,11 @@ def should_stop(
     return stop
 
 
-def git_commit(package: Path = Path(annotated.__file__).parent) -> str:
-    """The commit of the checkout that holds `package` (this one), '+modified' when its files differ
-    from it; 'unknown' when git does not track them (installed from a wheel) or is missing."""
+def git_commit(package: Path | None = None) -> str:
+    """The commit of the checkout that holds `package` (default: this package's folder), '+modified' when
+    its files differ from it; 'unknown' when git does not track them (installed from a wheel) or is missing."""
+    if package is None:
+        package = Path(importlib.util.find_spec("annotated").origin).parent
 
     def git(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True, timeout=5)
