@@ -21,7 +21,7 @@ START  := $(shell date +%s)
 TOOK    = $$(( $$(date +%s) - $(START) )) s
 
 .PHONY: book html test check install export run-notebook check-export lint lint-workflows test-suite test-slow test-unit \
-	test-notebooks test-dist test-browser test-sweep test-pdf pdf test-portable test-latest bench repo-url clean
+	test-dist test-browser test-sweep test-pdf pdf test-portable test-latest bench repo-url clean
 
 # Multi30k: the copy beside the clone (../shared/data/multi30k, as CI has it) when there is one;
 # otherwise the loader downloads the files once into ~/.cache/annotated (appendix 29).
@@ -47,7 +47,13 @@ book: $(STAMP) export html
 	@echo "The book: $(abspath $(HTML)) (make book took $(TOOK))"
 
 # Render the notebooks' stored outputs (those nbval checks), executing nothing; warnings are errors.
-html: $(STAMP)
+# The book is a file target: it is rendered again when a file it is made from changed (in a checkout,
+# what git tracks under book/, notebooks/, results/ and annotated/), so the browser tests and the PDF
+# always read a current book and never render one twice. A failed render leaves no index.html behind.
+BOOK_SOURCES := $(shell git ls-files book notebooks results annotated 2>/dev/null)
+.DELETE_ON_ERROR:
+html: $(HTML)
+$(HTML): $(STAMP) $(BOOK_SOURCES)
 	$(BIN)/python book/build_assets.py
 	$(BIN)/jupyter-book build book --keep-going -W
 
@@ -113,9 +119,6 @@ test-slow: $(STAMP)
 test-unit: $(STAMP)
 	$(BIN)/pytest tests $(UNIT)
 
-test-notebooks: $(STAMP)
-	$(BIN)/pytest $(NBVAL) notebooks
-
 # Build the sdist and wheel, check them with twine, install the wheel into a fresh virtualenv
 # (a minute; CI runs it after make test, see .ci/run).
 test-dist: $(STAMP)
@@ -150,18 +153,17 @@ test-latest:
 # The browser tests live in tests/test_*browser.py (tests/test_project.py holds it): only those files
 # are collected, not the whole suite.
 BROWSER  := $(wildcard tests/test_*browser.py)
-test-browser: $(STAMP)
+test-browser: $(HTML)
 	$(BIN)/pytest $(BROWSER) -m "browser and not sweep"
 
-test-sweep: $(STAMP)
+test-sweep: $(HTML)
 	$(BIN)/pytest -n auto --maxprocesses 4 --dist load $(BROWSER) -m "browser and sweep"
 
 # The book as one PDF, book/_build/pdf/annotated.pdf: each page of the HTML build printed by Chromium
 # in reading order, with a contents page, bookmarks and page numbers (tools/book_pdf.py). The release
 # workflow attaches it to each release.
 PDF := book/_build/pdf/annotated.pdf
-pdf: $(STAMP)
-	test -f $(HTML) || $(MAKE) html
+pdf: $(HTML)
 	$(BIN)/python tools/book_pdf.py --out $(PDF)
 
 # Build the PDF, then check it: its length, its chapters in order, no untypeset LaTeX (tests/test_pdf.py).
