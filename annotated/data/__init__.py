@@ -36,7 +36,7 @@ from annotated.data.multi30k import (
     direction_name,
     load_multi30k,
 )
-from annotated.data.copy_task import PAD, BOS, EOS, FIRST_SYMBOL, copy_batches
+from annotated.data.copy_sequences import PAD, BOS, EOS, FIRST_SYMBOL, copy_batches
 
 __all__ = [
     "SPECIAL_IDS",

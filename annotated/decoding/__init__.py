@@ -20,7 +20,7 @@ from annotated.decoding.evaluation import (
     bleu_report,
     evaluate_loss,
 )
-from annotated.decoding.copy_task import COPY_MODEL, copy_model, simple_greedy_decode, exact_match
+from annotated.decoding.copy_decoding import COPY_MODEL, copy_model, simple_greedy_decode, exact_match
 
 __all__ = [
     "next_token_logits",
