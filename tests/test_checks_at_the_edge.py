@@ -13,9 +13,12 @@ import inspect
 import sys
 import textwrap
 
+import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 import annotated
+from annotated.decoding import beam_search, greedy_decode
 from annotated.model import (
     Decoder,
     DecoderCache,
@@ -32,6 +35,7 @@ from annotated.model import (
     make_model,
     padding_mask,
 )
+from annotated.training import Batch, LabelSmoothingLoss
 
 PACKAGE = annotated.__file__.rsplit("/", 1)[0]
 LAYER_CHECKS = ("check_widths", "check_mask")  # MultiHeadAttention's own, outermost on every call
@@ -124,7 +128,77 @@ def test_a_cached_decode_checks_the_memory_on_its_first_step_only():
         for _ in range(3)
     ]
     layers = 2  # each cross-attention checks the dtype and shape of src_mask itself, every step
-    assert "_check_memory" in first and first.count("check_mask") == 1 + layers
+    assert (
+        "_check_memory" in first and first.count("check_mask") == layers
+    )  # encode checked src_mask
     for calls in later:  # the new tokens only: neither the memory nor its mask again at the edge
         assert "check_target" in calls and "_check_memory" not in calls, calls
         assert calls.count("check_mask") == layers, calls
+
+
+class ValueReads(TorchFunctionMode):
+    """Counts the reads of a tensor's values into Python (each one a wait for a GPU): .item(), .tolist(),
+    bool(), int(), float() of a tensor."""
+
+    READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
+
+    def __init__(self):
+        super().__init__()
+        self.reads = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in self.READS:
+            self.reads.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def reads(fn, *args, **kwargs) -> list[str]:
+    with ValueReads() as mode:
+        fn(*args, **kwargs)
+    return mode.reads
+
+
+def test_an_eval_forward_reads_values_twice_at_most():
+    model = make_model(11, 11, n_layers=2, d_model=16, d_ff=32, n_heads=2).eval()
+    src, tgt, src_mask, tgt_mask = batch()
+    with torch.no_grad():
+        assert (
+            len(reads(model, src, tgt, src_mask, tgt_mask)) <= 2
+        )  # one for encode, one for decode
+        assert len(reads(model, src, tgt, src_mask, None, tgt_is_causal=True)) <= 2
+    # the counter sees a read: an id outside the vocabulary is found by reading the ids
+    assert reads(model.encode, src) != []
+
+
+def test_a_greedy_step_after_the_first_reads_one_value():
+    """The decoder never checks the tokens it produced: a later step reads only whether all have finished."""
+    model = make_model(11, 11, n_layers=2, d_model=16, d_ff=32, n_heads=2).eval()
+    src, _, src_mask, _ = batch()
+    never = -1  # an eos_id the model never writes: every step runs
+    steps = [len(reads(greedy_decode, model, src, src_mask, n, 1, never, 0)) for n in (4, 5, 6)]
+    assert steps[2] - steps[1] == steps[1] - steps[0] == 1, steps
+
+
+def test_one_rule_for_a_tensor_of_token_ids():
+    """The batch, the model, the loss and the decoders refuse the same ids with the same message."""
+    model = make_model(11, 11, n_layers=1, d_model=16, d_ff=32, n_heads=2).eval()
+    good = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
+    loss = LabelSmoothingLoss(11, 0)
+    for bad in (good.to(torch.uint8), good.bool(), good.float(), good[0], good.tolist()):
+        messages = set()
+        for refuse in (
+            lambda ids: Batch(ids, good, 0),
+            lambda ids: model.encode(ids),
+            lambda ids: greedy_decode(model, ids, None, 3, 1, 2, 0),
+            lambda ids: beam_search(model, ids, None, 2, bos_id=1, eos_id=2, pad_id=0),
+        ):
+            with pytest.raises((TypeError, ValueError)) as error:
+                refuse(bad)
+            messages.add(str(error.value))
+        assert len(messages) == 1, messages
+    # the loss names its labels "target", by the same rule
+    with pytest.raises(
+        TypeError,
+        match=r"target must be an integer tensor of token ids \(torch.long or torch.int\)",
+    ):
+        loss(torch.zeros(2, 4, 11), good.to(torch.uint8))

@@ -381,7 +381,7 @@ def test_beam_search_handles_a_source_mask_of_batch_one():
         ),
         (
             {"src": torch.ones(7, dtype=torch.long)},
-            r"src must be a \(B, S\) tensor of token ids, got \(7,\)",
+            r"src must have shape \(B, length\), got \(7,\)",
         ),
         (  # checked once, before the first step (on a GPU the model itself does not read ids)
             {"src": torch.full((5, 7), VOCAB)},

@@ -10,7 +10,7 @@ from torch import nn
 from torch.testing import assert_close
 
 from annotated.model import Embeddings, make_model
-from annotated.validation import values_are_free
+from annotated.model.input_checks import is_plain_cpu_tensor
 
 
 @settings(max_examples=20, deadline=None)
@@ -90,4 +90,6 @@ def test_ids_are_read_only_where_that_costs_no_wait():
     emb = Embeddings(10, 4).to("meta")
     out = emb(torch.zeros(2, 3, dtype=torch.long, device="meta"))
     assert out.shape == (2, 3, 4)
-    assert values_are_free(torch.zeros(1)) and not values_are_free(torch.zeros(1, device="meta"))
+    assert is_plain_cpu_tensor(torch.zeros(1)) and not is_plain_cpu_tensor(
+        torch.zeros(1, device="meta")
+    )

@@ -63,8 +63,13 @@ def test_tiny_fill_leaks_and_proper_fill_does_not():
     [
         (torch.tensor([[1.0, 2.0]]), TypeError, r"tokens must be an integer tensor.*torch.float32"),
         (torch.tensor([[True, False]]), TypeError, r"tokens must be an integer tensor.*torch.bool"),
-        ([[1, 2]], TypeError, r"tokens must be an integer tensor.*list"),
-        (torch.tensor([1, 2, 3]), ValueError, r"tokens must have shape \(B, S\), got \(3,\)"),
+        (
+            torch.tensor([[1, 2]], dtype=torch.uint8),
+            TypeError,
+            r"\(torch.long or torch.int\), got torch.uint8",
+        ),
+        ([[1, 2]], TypeError, r"tokens must be a torch.Tensor of token ids, got list"),
+        (torch.tensor([1, 2, 3]), ValueError, r"tokens must have shape \(B, length\), got \(3,\)"),
     ],
 )
 def test_padding_mask_rejects_bad_tokens(tokens, error, match):

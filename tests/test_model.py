@@ -249,7 +249,7 @@ def test_bad_input_is_rejected():
         model(SRC, TGT, src_mask, causal_mask(5))
     with pytest.raises(TypeError, match=r"src must be an integer tensor.*torch.float32"):
         model(SRC.float(), TGT, src_mask, tgt_mask)
-    with pytest.raises(ValueError, match=r"tgt must have shape \(B, T\), got \(4,\)"):
+    with pytest.raises(ValueError, match=r"tgt must have shape \(B, length\), got \(4,\)"):
         model(SRC, TGT[0], src_mask, tgt_mask)
     with pytest.raises(ValueError, match=r"tgt_is_causal=True replaces tgt_mask"):
         model(SRC, TGT, src_mask, tgt_mask, tgt_is_causal=True)
@@ -334,13 +334,17 @@ def test_masks_are_checked_once_at_the_edge_and_the_layers_trust_them(monkeypatc
         calls.append(name)
         return check_mask(mask, shape, name)
 
-    for module in ("annotated.model.edge", "annotated.model.scaled_dot_product"):
+    for module in ("annotated.model.input_checks", "annotated.model.scaled_dot_product"):
         monkeypatch.setattr(import_module(module), "check_mask", counting)
     model = make_model(11, 11, n_layers=3, d_model=16, d_ff=32, n_heads=2, dropout=0.0)
     src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
     tgt = torch.tensor([[1, 7, 6], [1, 9, 0]])
     src_mask, tgt_mask = padding_mask(src, 0), padding_mask(tgt, 0) & causal_mask(3)
     model(src, tgt, src_mask, tgt_mask)
-    assert sorted(calls) == ["src_mask", "src_mask", "tgt_mask"]  # encode: 1, decode: 2; layers: 0
-    with pytest.raises(ValueError, match="src_mask of shape"):
+    assert sorted(calls) == [
+        "src_mask",
+        "tgt_mask",
+    ]  # each once: encode the source's, decode the target's
+    # decode alone with a source mask for another memory: the cross-attention layer refuses it
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 1, 3\) cannot broadcast"):
         model.decode(model.encode(src, src_mask), src_mask[:, :, :, :3], tgt, tgt_mask)

@@ -87,7 +87,13 @@ def test_a_mask_set_by_hand_survives_moving_the_batch():
             TypeError,
             "src must be an integer",
         ),
-        (torch.ones(2, 3, dtype=torch.long), [[1, 2]], 0, TypeError, "tgt must be an integer"),
+        (
+            torch.ones(2, 3, dtype=torch.long),
+            [[1, 2]],
+            0,
+            TypeError,
+            "tgt must be a torch.Tensor of token ids",
+        ),
         (torch.ones(2, 3, dtype=torch.long), torch.ones(4, dtype=torch.long), 0, ValueError, "tgt"),
         (torch.ones(3, dtype=torch.long), torch.ones(2, 4, dtype=torch.long), 0, ValueError, "src"),
         (

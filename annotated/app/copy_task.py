@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import torch
 
-from ..data.copy_task import PAD as COPY_PAD, copy_batches
-from ..decoding.copy_task import COPY_MODEL, exact_match
+from ..data.copy_sequences import PAD as COPY_PAD, copy_batches
+from ..decoding.copy_decoding import COPY_MODEL, exact_match
 from ..model.transformer import Transformer, TransformerConfig
 from ..training.batch import Batch
 from ..training.checkpoint import save_checkpoint

@@ -10,7 +10,7 @@ __all__ = []
 import argparse
 import dataclasses
 
-from annotated.decoding.copy_task import COPY_MODEL
+from annotated.decoding.copy_decoding import COPY_MODEL
 from annotated.data.multi30k import DIRECTIONS
 from annotated.app.config import MODEL_FIELDS, PRESETS, RunOptions, number, positive
 from annotated.app.tasks import TASKS

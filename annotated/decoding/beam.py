@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from ..model.cache import DecoderCache
 from ..model.masks import causal_mask
 from .greedy import next_token_logits
-from .greedy import check_decoding_inputs, check_decoding_model  # appendix 28's checks
+from .greedy import check_decoding_inputs, check_decoding_model  # chapter 14's checks
 
 # %% ../../notebooks/15_beam_search.ipynb #c019
 def length_penalty(length: int | Tensor, alpha: float) -> Tensor:

@@ -11,7 +11,9 @@ import torch
 from torch import Tensor, nn
 
 from ..model.cache import DecoderCache
-from ..model.masks import causal_mask
+from ..model.input_checks import check_token_ids, is_plain_cpu_tensor
+from ..model.masks import causal_mask, check_tokens
+from ..validation import check_int, positive_int
 
 # %% ../../notebooks/14_decoding.ipynb #c007
 def next_token_logits(
@@ -73,22 +75,16 @@ def greedy_decode(
             break
     return ys  # (B, 1 + at most max_new_tokens)
 
-
-# %% ../../notebooks/28_input_checks.ipynb #43090b84
+# %% ../../notebooks/14_decoding.ipynb #c015a
 def check_decoding_inputs(
     src: Tensor, src_mask: Tensor | None, max_new_tokens: int | Tensor | None, beam_size: int = 1
 ) -> tuple[Tensor | None, Tensor]:
     """Validate the decoders' inputs; return src_mask with batch B and the (B,) output limits."""
-    from annotated.validation import positive_int
     positive_int(beam_size, "beam_size")
-    if not isinstance(src, Tensor) or src.dim() != 2:
-        got = tuple(src.shape) if isinstance(src, Tensor) else type(src).__name__
-        raise ValueError(f"src must be a (B, S) tensor of token ids, got {got}")
+    check_tokens(src, "src")  # the rule for token ids that the model applies too
     B = src.size(0)
     if B == 0:
         raise ValueError("src must hold at least one sentence, got B=0")
-    if src.is_floating_point():
-        raise TypeError(f"src must hold integer token ids, got dtype {src.dtype}")
     if src.size(1) == 0:  # nothing to attend to: the encoder's output would be empty
         raise ValueError(
             f"src must hold at least one token per sentence, got an empty source {tuple(src.shape)}"
@@ -120,20 +116,21 @@ def check_decoding_inputs(
     positive_int(max_new_tokens, "max_new_tokens", "tokens to generate")
     return src_mask, torch.full((B,), max_new_tokens, device=src.device)  # (B,)
 
-# %% ../../notebooks/28_input_checks.ipynb #3efe1b08
+
+# %% ../../notebooks/14_decoding.ipynb #c015c
 def check_decoding_model(model: nn.Module, src: Tensor, limits: Tensor, **ids: int) -> None:
     """Token ids inside the vocabularies, and lengths the positional encoding covers."""
-    from annotated.validation import check_token_ids
-    from annotated.validation import check_int
     cfg = getattr(model, "cfg", None)
     if cfg is None:  # not a Transformer: nothing to compare with
         return
-    check_token_ids(src, cfg.src_vocab, "src")  # once here: the model's edge check skips GPU batches (values_are_free)
+    if not is_plain_cpu_tensor(src):  # encode reads the ids of a CPU batch itself
+        check_token_ids(src, cfg.src_vocab, "src")
     for name, value in ids.items():
         check_int(value, name, low=0, high=cfg.tgt_vocab - 1, what="an id of the target vocabulary")
-    longest = max(src.size(1), int(limits.max()))
-    if longest > cfg.max_len:
+    most = int(limits.max())  # the longest output
+    if max(src.size(1), most) > cfg.max_len:
         raise ValueError(
             f"max_len must be at most the model's max_len={cfg.max_len} (positions it can encode), "
-            f"got {longest} (sources of length {src.size(1)}, outputs of up to {int(limits.max())})"
+            f"got {max(src.size(1), most)} (sources of length {src.size(1)}, outputs of up to {most})"
         )
+

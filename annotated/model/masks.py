@@ -12,13 +12,17 @@ from torch import Tensor
 from ..validation import positive_int
 
 # %% ../../notebooks/03_masks.ipynb #c005
-def check_tokens(tokens: Tensor, name: str = "tokens", shape: str = "(B, S)") -> None:
-    """Raise a clear error unless `tokens` is a 2-D integer tensor of token ids."""
-    if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
-        got = tokens.dtype if isinstance(tokens, Tensor) else type(tokens).__name__
-        raise TypeError(f"{name} must be an integer tensor of token ids, got {got}")
+def check_tokens(tokens: Tensor, name: str = "tokens", shape: str = "(B, length)") -> None:
+    """Raise a clear error unless `tokens` is a 2-D tensor of token ids, torch.long or torch.int."""
+    if not isinstance(tokens, Tensor):  # a list or an array: say so, not "'list' has no attribute"
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}")
+    if tokens.dtype not in (torch.int64, torch.int32):  # the index types nn.Embedding looks up
+        raise TypeError(
+            f"{name} must be an integer tensor of token ids (torch.long or torch.int), got {tokens.dtype}"
+        )
     if tokens.dim() != 2:
         raise ValueError(f"{name} must have shape {shape}, got {tuple(tokens.shape)}")
+
 
 # %% ../../notebooks/03_masks.ipynb #60d6c83a
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:

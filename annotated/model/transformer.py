@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from .config import TransformerConfig
 from .decoder import Decoder, DecoderLayer
-from .edge import check_source, check_target
+from .input_checks import check_source, check_target
 from .embeddings import Embeddings
 from .encoder import Encoder, EncoderLayer
 from .positional import PositionalEncoding
@@ -55,7 +55,7 @@ class Transformer(nn.Module):
     def decode(self, memory, src_mask, tgt, tgt_mask, cache=None, *, need_weights=False, tgt_is_causal=False):
         """Decoder states (B, T, D) for the target token ids tgt (B, T), given the memory (B, S, D)."""
         start = 0 if cache is None else cache.length  # positions decoded before these (chapter 14)
-        check_target(self.cfg, memory, src_mask, tgt, tgt_mask, start, tgt_is_causal)
+        check_target(self.cfg, memory, tgt, tgt_mask, start, tgt_is_causal)
         x = self.tgt_pos(self.tgt_embed(tgt), start=start)  # (B, T, D)
         return self.decoder(x, memory, src_mask, tgt_mask, cache, need_weights, tgt_is_causal)
 

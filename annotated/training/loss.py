@@ -39,7 +39,7 @@ import math
 import torch.nn.functional as F
 
 from annotated.validation import check_int
-from annotated.validation import values_are_free
+from annotated.model.input_checks import is_plain_cpu_tensor
 from annotated.model.masks import check_tokens
 
 # %% ../../notebooks/33_training_engineering.ipynb #l28c
@@ -98,7 +98,7 @@ def _check_labels(logits: Tensor, target: Tensor, vocab_size: int) -> None:
         )
     check_tokens(target.reshape(1, -1), "target", "(B, length)")
     # Reading the labels' values is free on a CPU; on a GPU it would wait for it at every update.
-    if values_are_free(target) and target.numel() and (target.min() < 0 or target.max() >= vocab_size):
+    if is_plain_cpu_tensor(target) and target.numel() and (target.min() < 0 or target.max() >= vocab_size):
         raise ValueError(
             f"target labels must lie in [0, vocab_size={vocab_size}), "
             f"got labels from {target.min().item()} to {target.max().item()}"

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from .vocab import SPECIAL_IDS
+from ..validation import check_int
 
 PAD, BOS, EOS = SPECIAL_IDS.pad, SPECIAL_IDS.bos, SPECIAL_IDS.eos  # 0, 1, 2 (chapter 12): distinct,
 # so decoding starts from BOS, never from the padding id
@@ -62,8 +63,6 @@ def copy_batches(
 # %% ../../notebooks/13_copy_task.ipynb #c006b
 def _check_sizes(batch_size: int, seq_len: int, vocab_size: int, min_len: int) -> None:
     """Refuse sizes that are not positive ints, and a min_len above seq_len."""
-    from annotated.validation import check_int
-
     for name, value, low in (
         ("batch_size", batch_size, 1),
         ("seq_len", seq_len, 1),
