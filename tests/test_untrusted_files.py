@@ -16,6 +16,7 @@ import torch
 from cli_helpers import SENTENCES, TINY, fails
 
 import annotated.app.multi30k_task as multi30k_task
+import annotated.data.tokenizer_file as tokenizer_file
 from annotated.app import main
 from annotated.data import Pair, save_tokenizer, train_tokenizer
 from annotated.files import atomic_write, sha256_of
@@ -198,11 +199,11 @@ def test_a_tokenizer_file_over_the_cap_is_refused_unread(capsys, tmp_path, tok, 
     ckpt = make_run(tmp_path / "run", tok, record_tokenizer=record_tokenizer)
     huge = tmp_path / "huge.json"
     with open(huge, "wb") as f:
-        f.truncate(multi30k_task.TOKENIZER_MAX_BYTES + 1)  # a sparse file: no disk space used
+        f.truncate(tokenizer_file.TOKENIZER_MAX_BYTES + 1)  # a sparse file: no disk space used
     code, out, err = translate(capsys, ckpt, "--tokenizer", huge, "Ein Hund.")
     assert code == 2 and out == "" and err.count("\n") == 1, err
-    cap = f"{multi30k_task.TOKENIZER_MAX_BYTES:,}"
-    assert f"{huge} is {multi30k_task.TOKENIZER_MAX_BYTES + 1:,} bytes, more than the {cap}" in err
+    cap = f"{tokenizer_file.TOKENIZER_MAX_BYTES:,}"
+    assert f"{huge} is {tokenizer_file.TOKENIZER_MAX_BYTES + 1:,} bytes, more than the {cap}" in err
 
 
 def test_a_checkpoint_without_a_recorded_tokenizer_still_loads(capsys, tmp_path, tok, other_tok):

@@ -8,7 +8,7 @@ checks, the ONNX graphs) stay in their modules, where appendices 22, 31, 32 and 
 from annotated.app.config import RunOptions, MODEL_FIELDS, number, positive, ModelOptions, RunConfig, pick, PRESETS
 from annotated.app.task import TaskDefaults, Task
 from annotated.app.copy_task import CopyOptions, CopyTask
-from annotated.app.multi30k_task import TOKENIZER_MAX_BYTES, Multi30kOptions, read_tokenizer, Multi30kTraining, Multi30kTask
+from annotated.app.multi30k_task import Multi30kOptions, Multi30kTraining, Multi30kTask
 from annotated.app.tasks import TASKS, run_config, with_task_defaults
 from annotated.app.run import train
 from annotated.app.inference import Loaded, load_for_inference
@@ -29,9 +29,7 @@ __all__ = [
     "Task",
     "CopyOptions",
     "CopyTask",
-    "TOKENIZER_MAX_BYTES",
     "Multi30kOptions",
-    "read_tokenizer",
     "Multi30kTraining",
     "Multi30kTask",
     "TASKS",

@@ -21,7 +21,7 @@ from ..data.tokenizer import encode
 from ..model.transformer import Transformer
 from ..runs.folder import check_run_file
 from .memory import check_memory
-from .multi30k_task import read_tokenizer
+from ..data.tokenizer_file import load_tokenizer
 
 # %% ../../notebooks/32_inference.ipynb #c004
 class Loaded(NamedTuple):
@@ -57,7 +57,7 @@ def load_for_inference(
     if tok_path.parent == path.parent:
         check_run_file(tok_path, run)
     recorded = ckpt.extra.get("tokenizer_sha256")  # None: saved before 'train' recorded it
-    tok = read_tokenizer(tok_path, recorded, path)  # capped, hashed, then parsed (appendix 31)
+    tok = load_tokenizer(tok_path, recorded, path)  # capped, hashed, then parsed (appendix 21)
     cfg, size = ckpt.model.cfg, tok.get_vocab_size()
     if size != cfg.src_vocab or size != cfg.tgt_vocab:
         raise ValueError(

@@ -12,12 +12,11 @@ from annotated.data.tokenizer import (
     EOS_ID,
     UNK_ID,
     train_tokenizer,
-    save_tokenizer,
-    load_tokenizer,
     encode,
     decode,
     encode_pairs,
 )
+from annotated.data.tokenizer_file import TOKENIZER_MAX_BYTES, save_tokenizer, load_tokenizer
 from annotated.data.batching import pad_batch, length_batches, token_batches, pad_fraction, shard_batches
 from annotated.data.multi30k import (
     MULTI30K_URL,
@@ -53,6 +52,7 @@ __all__ = [
     "encode",
     "decode",
     "encode_pairs",
+    "TOKENIZER_MAX_BYTES",
     "pad_batch",
     "length_batches",
     "token_batches",
