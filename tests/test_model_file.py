@@ -89,12 +89,12 @@ def test_half_precision_is_kept_in_the_file_and_loaded_as_float32(tiny, tmp_path
 def test_a_truncated_file_is_refused(good, fraction):
     data = good.read_bytes()
     good.write_bytes(data[: int(len(data) * fraction)])
-    assert "is not a safetensors file, or is damaged" in refusal(good)
+    assert "is not a safetensors model file: damaged" in refusal(good)
 
 
 def test_a_file_of_eight_bytes_or_fewer_is_refused(good):
     good.write_bytes(b"\x00" * 5)
-    assert "is not a safetensors file, or is damaged" in refusal(good)
+    assert "is not a safetensors model file: damaged" in refusal(good)
 
 
 @pytest.mark.parametrize(
@@ -114,7 +114,7 @@ def test_a_file_of_eight_bytes_or_fewer_is_refused(good):
 )
 def test_a_header_that_lies_about_offsets_dtypes_or_shapes_is_refused(good, lie):
     bad = rewritten(good, lambda h: lie(h["generator.bias"]))
-    assert "is not a safetensors file, or is damaged" in refusal(bad)
+    assert "is not a safetensors model file: damaged" in refusal(bad)
 
 
 def test_a_consistent_header_of_another_dtype_or_shape_is_refused_before_reading_data(good):
@@ -138,7 +138,7 @@ def test_a_missing_or_extra_tensor_is_refused(good):
 def test_a_huge_header_is_refused_unread(good, length):
     data = good.read_bytes()
     good.write_bytes(struct.pack("<Q", length) + data[8:])  # the library caps its header at 100 MB
-    assert "is not a safetensors file, or is damaged" in refusal(
+    assert "is not a safetensors model file: damaged" in refusal(
         good
     ) and "header too large" in refusal(good)
 
@@ -182,6 +182,17 @@ def test_wrong_metadata_is_refused(good, change, reason):
     assert reason in refusal(rewritten(good, lambda h: change(h["__metadata__"])))
 
 
+def test_a_config_that_asks_for_far_more_memory_than_the_file_holds_is_refused(good):
+    """Only the position table is not in the file: a huge max_len would allocate it on loading."""
+    bad = rewritten(
+        good,
+        lambda h: h["__metadata__"].update(
+            config=h["__metadata__"]["config"].replace('"max_len": 5000', '"max_len": 1000000000')
+        ),
+    )
+    assert "its config (max_len=1000000000) asks for" in refusal(bad)
+
+
 def test_a_file_without_metadata_is_refused(good):
     assert "is not an annotated model" in refusal(rewritten(good, lambda h: h.pop("__metadata__")))
 
@@ -198,7 +209,8 @@ def test_nan_weights_are_refused(tiny, tmp_path):
 
 def test_a_torch_checkpoint_is_refused_as_a_model_file(tiny, tmp_path):
     torch.save(tiny.state_dict(), tmp_path / "model.safetensors")
-    assert "is not a safetensors file, or is damaged" in refusal(tmp_path / "model.safetensors")
+    message = refusal(tmp_path / "model.safetensors")
+    assert "is not a safetensors model file: it is a torch.save checkpoint" in message
 
 
 def test_a_missing_file_and_a_model_that_is_not_a_transformer(tmp_path):

@@ -25,6 +25,7 @@ from annotated.runs import remove_stale_temporaries, write_results
 from annotated.runs.folder_lock import HOLDER, LOCK, run_lock
 from annotated.runs.processes import start_runtime
 from annotated.training import CHECKPOINT_FORMAT, Trainer, load_checkpoint, save_checkpoint
+from annotated.training.model_file import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = [ROOT / "results" / "multi30k", ROOT / "results" / "multi30k-en-de"]
@@ -200,7 +201,7 @@ def test_stale_snapshot_temporaries_are_removed(tmp_path):
 
 @pytest.mark.parametrize("folder", COMMITTED, ids=lambda p: p.name)
 def test_the_committed_models_record_their_tokenizer(folder):
-    extra = load_checkpoint(folder / "model_fp16.pt", restore_rng=False).extra
+    extra = load_model(folder / "model_fp16.safetensors")[1]
     assert extra["tokenizer_sha256"] == sha256_of(folder / "tokenizer.json")
     assert extra["direction"] == ("en-de" if folder.name.endswith("en-de") else "de-en")
 
@@ -212,7 +213,7 @@ def test_a_committed_model_refuses_another_tokenizer_of_its_size(capsys, tmp_pat
     vocab[a], vocab[b] = vocab[b], vocab[a]
     other = tmp_path / "tokenizer.json"
     other.write_text(json.dumps(tokenizer, ensure_ascii=False), encoding="utf-8")
-    model = COMMITTED[0] / "model_fp16.pt"
+    model = COMMITTED[0] / "model_fp16.safetensors"
     err = fails(capsys, ["translate", "--checkpoint", model, "--tokenizer", other, "Ein Hund."])
     assert f"{other} is not the tokenizer that the model in {model} was trained with" in err
 

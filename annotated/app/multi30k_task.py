@@ -21,7 +21,7 @@ from ..data.tokenizer_file import load_tokenizer, save_tokenizer
 from ..decoding.evaluation import bleu_report, evaluate_loss
 from ..model.transformer import Transformer
 from ..training.batch import Batch
-from ..training.checkpoint import save_checkpoint
+from ..training.model_file import save_model
 from .config import number, positive
 from .memory import activation_bytes, check_memory, check_positions
 from .task import Task, TaskDefaults
@@ -148,7 +148,7 @@ class Multi30kTask(Multi30kTraining):
         if len(snapshots) > 1:
             averaged = snapshots.average(model)
             extra = {"task": "multi30k", "run": folder.run, "snapshots": len(snapshots), **folder.use_with}
-            save_checkpoint(folder.out / "averaged.pt", averaged, step=step, **extra)
+            save_model(folder.out / "averaged.safetensors", averaged, step=step, **extra)
             val["averaged"] = evaluate_loss(averaged, self.val_ex, opt.max_tokens, device)
             if val["averaged"]["loss"] < val["final"]["loss"]:  # chosen on val, never on test
                 model, used = averaged, "averaged"
@@ -176,5 +176,5 @@ class Multi30kTask(Multi30kTraining):
         if opt.export_half:
             half = Transformer(model.cfg)
             half.load_state_dict(model.state_dict())
-            save_checkpoint(opt.export_half, half.half(), step=step, task="multi30k", **folder.use_with)
+            save_model(opt.export_half, half.half(), step=step, task="multi30k", **folder.use_with)
         return results

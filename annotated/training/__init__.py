@@ -1,4 +1,4 @@
-"""Training (§5): batches, label smoothing, the schedule, the loop, weight averaging and checkpoints.
+"""Training (§5): batches, label smoothing, the schedule, the loop, weight averaging, checkpoints and the model files to share.
 
 Each module is generated from a notebook (its header names which); this file, written by hand,
 re-exports their public names. The machinery of a long run (processes, signals, run folders,
@@ -18,6 +18,7 @@ from annotated.training.checkpoint import (
     read_checked,
     check_entries,
 )
+from annotated.training.model_file import MODEL_FORMAT, save_model, load_model
 __all__ = [
     "Batch",
     "LabelSmoothingLoss",
@@ -35,5 +36,8 @@ __all__ = [
     "load_checkpoint",
     "read_checked",
     "check_entries",
+    "MODEL_FORMAT",
+    "save_model",
+    "load_model",
 ]
 

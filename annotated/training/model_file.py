@@ -63,7 +63,8 @@ def load_model(path: str | os.PathLike) -> tuple[Transformer, dict]:
         with safe_open(path, "pt", device="cpu") as f:
             cfg, info = _config(path, f.metadata())
             with torch.device("meta"):  # shapes without memory: a config asking for 8 GB costs nothing
-                expected = {k: t.shape for k, t in _stored(Transformer(cfg)).items()}
+                skeleton = Transformer(cfg)
+            expected = {k: t.shape for k, t in _stored(skeleton).items()}
             found = {k: (f.get_slice(k).get_dtype(), torch.Size(f.get_slice(k).get_shape())) for k in f.keys()}
             wrong = sorted(set(expected) ^ set(found)) + [
                 f"{k} {dtype} {tuple(shape)} (config: {tuple(expected[k])})" for k, (dtype, shape) in found.items()
@@ -72,9 +73,16 @@ def load_model(path: str | os.PathLike) -> tuple[Transformer, dict]:
             if wrong:
                 raise ValueError(f"{path}: the tensors do not fit the model its config describes ({len(wrong)} "
                                  f"mismatches, first: {', '.join(wrong[:3])})")
+            needed = sum(t.numel() * 4 for t in [*skeleton.parameters(), *skeleton.buffers()])
+            if needed > 4 * os.path.getsize(path) + 2**28:  # only the position table is not in the file
+                raise ValueError(f"{path}: its config (max_len={cfg.max_len}) asks for {needed / 2**20:,.0f} "
+                                 f"MiB, far more than its weights hold; the config is damaged")
             weights = {k: f.get_tensor(k) for k in expected}
     except SafetensorError as err:  # a truncated file, a header that lies about offsets, dtypes or shapes
-        raise ValueError(f"{path} is not a safetensors file, or is damaged: {err}") from None
+        with open(path, "rb") as f:
+            zipped = f.read(4) == b"PK\x03\x04"  # torch.save's zip: a checkpoint, given for a model
+        why = "it is a torch.save checkpoint, not a model file" if zipped else f"damaged ({err})"
+        raise ValueError(f"{path} is not a safetensors model file: {why}") from None
     bad = [k for k, t in weights.items() if not t.isfinite().all()]
     if bad:
         raise ValueError(f"{path} holds NaN or infinite weights in {len(bad)} tensors (first: {bad[0]})")
