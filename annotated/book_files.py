@@ -8,16 +8,15 @@ __all__ = ['FILES_URL_ENV', 'CACHE_ENV', 'REPOSITORY_FILES', 'book_files', 'book
 
 # %% ../notebooks/37_book_files.ipynb #bf02
 import functools
-import hashlib
 import importlib.metadata
 import json
 import os
-import urllib.error
-import urllib.request
 from importlib import resources
 from pathlib import Path
 
-from .files import atomic_write, sha256_of
+import pooch
+
+from .files import sha256_of
 
 # %% ../notebooks/37_book_files.ipynb #bf05
 FILES_URL_ENV = "ANNOTATED_FILES_URL"  # a base URL that replaces the repository's, e.g. a local copy
@@ -47,29 +46,24 @@ def clone_root() -> Path | None:
     return None
 
 # %% ../notebooks/37_book_files.ipynb #bf10
-def _download(name: str, entry: dict, dest: Path) -> None:
-    base = os.environ.get(FILES_URL_ENV) or REPOSITORY_FILES.format(ref=book_ref())
-    url = base.rstrip("/") + "/" + name
-    dest.parent.mkdir(parents=True, exist_ok=True)
-
-    def fetch(out) -> None:
+def _download(names: list[str], cache: Path) -> None:
+    """Each of `names` in `cache`: the verified copy there, else downloaded by pooch and checked."""
+    base = (os.environ.get(FILES_URL_ENV) or REPOSITORY_FILES.format(ref=book_ref())).rstrip("/") + "/"
+    registry = {n: f"sha256:{e['sha256']}" for n, e in book_files().items()}
+    files = pooch.create(path=cache, base_url=base, registry=registry, retry_if_failed=2)
+    for name in names:
         try:
-            with urllib.request.urlopen(url, timeout=60) as response:
-                data = response.read(entry["size"] + 1)  # one byte more than listed: too long is wrong
-        except (OSError, urllib.error.URLError) as err:
+            files.fetch(name)
+        except ValueError as err:  # other bytes than the list's, on every try; pooch deleted them
+            raise ValueError(
+                f"{name} from {base + name} is not the file this package was built with ({err}): install "
+                "the package version that matches the notebook"
+            ) from None
+        except OSError as err:  # the network: requests' errors are OSErrors
             raise OSError(
-                f"could not download {name} from {url} ({err}): check the network, or set "
+                f"could not download {name} from {base + name} ({err}): check the network, or set "
                 f"{FILES_URL_ENV} to a copy of the repository's files"
             ) from None
-        if len(data) != entry["size"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            raise ValueError(
-                f"{name} from {url} is not the file this package was built with ({len(data):,} bytes, "
-                f"expected {entry['size']:,} with sha256 {entry['sha256'][:12]}...): install the "
-                "package version that matches the notebook"
-            )
-        out.write(data)
-
-    atomic_write(dest, fetch)
 
 # %% ../notebooks/37_book_files.ipynb #bf12
 def _listed(name: str) -> dict[str, dict]:
@@ -89,10 +83,7 @@ def _listed(name: str) -> dict[str, dict]:
 def cached_book_path(name: str) -> Path:
     """The file or folder `name` in the download cache, fetching what is missing or damaged."""
     cache = Path(os.environ.get(CACHE_ENV) or "~/.cache/annotated").expanduser() / book_ref()
-    for n, entry in _listed(name).items():
-        path = cache / n
-        if not path.is_file() or sha256_of(path) != entry["sha256"]:
-            _download(n, entry, path)
+    _download(list(_listed(name)), cache)
     return cache / str(name).strip("/")
 
 

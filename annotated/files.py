@@ -114,8 +114,8 @@ def _sync_folder(folder: Path) -> None:
     finally:
         os.close(fd)
 
-# %% ../notebooks/29_multi30k_data.ipynb #c006
-def sha256_of(path: Path) -> str:
+# %% ../notebooks/21_checkpoints.ipynb #wd-sha
+def sha256_of(path: str | os.PathLike) -> str:
     """Return the hex SHA-256 of a file, read in chunks."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:

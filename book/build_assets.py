@@ -47,8 +47,10 @@ LANDING_MAP = TRANSLATOR / "example_attention.svg"  # generated: the landing pag
 RESULTS = BOOK.parent / "results"
 # The page's models, by direction (source-target): each is exported into translator/model/DIRECTION/.
 MODELS = {
-    "de-en": RESULTS / "multi30k" / "model_fp16.pt",  # chapter 17's model
-    "en-de": RESULTS / "multi30k-en-de" / "model_fp16.pt",  # the same recipe, --direction en-de
+    "de-en": RESULTS / "multi30k" / "model_fp16.safetensors",  # chapter 17's model
+    "en-de": RESULTS
+    / "multi30k-en-de"
+    / "model_fp16.safetensors",  # the same recipe, --direction en-de
 }
 CHECKPOINT = MODELS["de-en"]  # the landing page's map
 TOKENIZER = CHECKPOINT.with_name("tokenizer.json")

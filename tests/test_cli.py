@@ -19,6 +19,7 @@ from annotated.app import build_parser, main, with_task_defaults
 from annotated.data import token_batches
 from annotated.model import TransformerConfig
 from annotated.training import load_checkpoint
+from annotated.training.model_file import load_model
 from conftest import DATA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,8 +141,8 @@ def test_alpha_must_be_at_least_0(capsys, command):
     [
         (["train", "--task", "copy"], "train needs a budget: --steps N, --minutes M"),
         (["train", "--steps", "1", "--data-dir", "{tmp}"], "train.de.gz not found in data_dir"),
-        (["evaluate", "--checkpoint", "{tmp}/missing.pt"], "checkpoint file not found"),
-        (["translate", "--checkpoint", "{tmp}/bad.pt", "x"], "is not a checkpoint"),
+        (["evaluate", "--checkpoint", "{tmp}/missing.pt"], "model file not found"),
+        (["translate", "--checkpoint", "{tmp}/bad.pt", "x"], "is not a safetensors model file"),
         (["train", "--task", "copy", "--steps", "1", "--copy-vocab", "3"], "vocab_size must be"),
     ],
 )
@@ -161,7 +162,7 @@ def test_run_errors_are_one_line(capsys, tmp_path, args, message):
     "args, message",
     [
         (["train", "--steps", "1", "--wrong"], "unrecognized arguments: --wrong"),
-        (["evaluate", "--checkpoint", "missing.pt"], "error: checkpoint file not found"),
+        (["evaluate", "--checkpoint", "missing.pt"], "error: model file not found"),
     ],
 )
 def test_errors_from_the_real_command(args, message):
@@ -180,9 +181,10 @@ def test_train_copy_end_to_end(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "held-out exact match" in done.stdout and "Traceback" not in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "averaged.pt",
+        "averaged.safetensors",
         "checkpoint.pt",
         "manifest.json",
+        "model.safetensors",
         "results.json",
     ]
     results = json.loads((tmp_path / "results.json").read_text())
@@ -232,7 +234,13 @@ def multi30k_run(tmp_path_factory):
 @pytest.mark.slow
 def test_train_multi30k_writes_checkpoint_tokenizer_results(multi30k_run):
     names = sorted(p.name for p in multi30k_run.iterdir())
-    assert names == ["checkpoint.pt", "manifest.json", "results.json", "tokenizer.json"]
+    assert names == [
+        "checkpoint.pt",
+        "manifest.json",
+        "model.safetensors",
+        "results.json",
+        "tokenizer.json",
+    ]
     results = json.loads((multi30k_run / "results.json").read_text())
     assert results["training"]["steps"] == 1 and results["training"]["warmup"] == 4000
     assert results["val"]["perplexity"] > 1 and "test" not in results
@@ -246,8 +254,8 @@ def test_multi30k_defaults_and_weight_averaging(multi30k_run, tmp_path):
     args = ["train", "--steps", "4", "--eval-every", "2", "--average", "2", "--vocab-size", "300"]
     assert main([*args, "--no-test", *TINY, "--data-dir", str(DATA), "--out", str(tmp_path)]) == 0
     val = json.loads((tmp_path / "results.json").read_text())["val"]
-    averaged = load_checkpoint(tmp_path / "averaged.pt", restore_rng=False)
-    assert averaged.extra["snapshots"] == 2 and averaged.step == 4
+    _, averaged = load_model(tmp_path / "averaged.safetensors")
+    assert averaged["snapshots"] == 2 and averaged["step"] == 4
     better = min(("final", "averaged"), key=lambda k: val[f"{k}_perplexity"])
     assert val["weights"] == better and val["perplexity"] == val[f"{better}_perplexity"]
     assert val["averaged_snapshots"] == (2 if better == "averaged" else 1)
@@ -256,7 +264,7 @@ def test_multi30k_defaults_and_weight_averaging(multi30k_run, tmp_path):
 def test_evaluate_a_saved_model(multi30k_run, capsys):
     report = multi30k_run / "eval.json"
     args = ["--split", "val", "--limit", "3", "--beam", "2", "--data-dir", str(DATA)]
-    ckpt = str(multi30k_run / "checkpoint.pt")
+    ckpt = str(multi30k_run / "model.safetensors")
     hyps = multi30k_run / "hypotheses"
     command = ["evaluate", "--checkpoint", ckpt, *args, "--results", str(report)]
     assert main([*command, "--hypotheses", str(hyps)]) == 0
@@ -276,7 +284,7 @@ def test_evaluate_a_saved_model(multi30k_run, capsys):
 
 @pytest.mark.slow
 def test_translate_from_arguments_and_stdin(multi30k_run):
-    ckpt = multi30k_run / "checkpoint.pt"
+    ckpt = multi30k_run / "model.safetensors"
     done = run_cli(
         "translate", "--checkpoint", ckpt, "--beam", "1", stdin="Ein Hund.\n\nEin Mann.\n"
     )

@@ -15,7 +15,9 @@ from annotated.training.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "multi30k"
-GERMAN_ENGLISH = ROOT / "results" / "multi30k" / "model_fp16.pt"  # saved before the option existed
+GERMAN_ENGLISH = (
+    ROOT / "results" / "multi30k" / "model_fp16.safetensors"
+)  # saved before the option existed
 
 
 def need_data() -> None:
@@ -68,7 +70,9 @@ def test_the_run_records_its_direction(en_de_run):
     ckpt = load_checkpoint(en_de_run / "checkpoint.pt", restore_rng=False)
     assert ckpt.extra["direction"] == "en-de"
     assert (
-        load_for_inference(str(en_de_run / "checkpoint.pt"), None, torch.device("cpu")).direction
+        load_for_inference(
+            str(en_de_run / "model.safetensors"), None, torch.device("cpu")
+        ).direction
         == "en-de"
     )
 
@@ -78,7 +82,7 @@ def test_evaluate_scores_the_direction_it_was_trained_for(en_de_run, capsys):
     command = [
         "evaluate",
         "--checkpoint",
-        en_de_run / "checkpoint.pt",
+        en_de_run / "model.safetensors",
         "--split",
         "val",
         "--limit",
@@ -123,7 +127,7 @@ def test_a_flag_that_contradicts_the_checkpoint_is_refused(en_de_run, capsys, tm
     args = [
         command,
         "--checkpoint",
-        en_de_run / "checkpoint.pt",
+        en_de_run / "model.safetensors",
         "--direction",
         "de-en",
         *extra[command],
@@ -131,7 +135,7 @@ def test_a_flag_that_contradicts_the_checkpoint_is_refused(en_de_run, capsys, tm
     line = fails(capsys, args)
     assert line == (
         f"error: --direction de-en asks for German->English, but the model in "
-        f"{en_de_run / 'checkpoint.pt'} translates English->German (en-de)"
+        f"{en_de_run / 'model.safetensors'} translates English->German (en-de)"
     )
     assert not (tmp_path / "x").exists()
 
@@ -164,7 +168,7 @@ def test_either_direction_trains_the_same_tokenizer(en_de_run, tmp_path, capsys)
     command = [
         "translate",
         "--checkpoint",
-        en_de_run / "checkpoint.pt",
+        en_de_run / "model.safetensors",
         "--tokenizer",
         other / "tokenizer.json",
     ]

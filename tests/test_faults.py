@@ -23,6 +23,7 @@ from annotated.files import atomic_write
 from annotated.model import make_model
 from annotated.runs import write_manifest, write_results
 from annotated.training import Trainer, load_checkpoint, save_checkpoint
+from annotated.training.model_file import load_model, save_model
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_CUDA = not torch.cuda.is_available()
@@ -51,9 +52,10 @@ def make_run(folder: Path, tok, run="r1", **config) -> Path:
     dims = {"n_layers": 1, "d_model": 16, "d_ff": 32, "n_heads": 2, "max_len": 80, **config}
     model = make_model(V, V, shared_vocab=True, **dims)
     save_checkpoint(folder / "checkpoint.pt", model, step=1, task="multi30k", run=run)
+    save_model(folder / "model.safetensors", model, step=1, task="multi30k", run=run)
     save_tokenizer(tok, folder / "tokenizer.json")
     write_manifest(folder, run, 1)
-    return folder / "checkpoint.pt"
+    return folder / "model.safetensors"
 
 
 @pytest.fixture
@@ -117,16 +119,16 @@ def test_bad_device(capsys, tmp_path, run_dir, device, message):
     assert message in fails(
         capsys, [*COPY, "--steps", "1", "--device", device, "--out", tmp_path / "o"]
     )
-    ckpt = run_dir / "checkpoint.pt"
-    assert message in fails(capsys, ["translate", "--checkpoint", ckpt, "--device", device, "x"])
+    model = run_dir / "model.safetensors"
+    assert message in fails(capsys, ["translate", "--checkpoint", model, "--device", device, "x"])
     assert not (tmp_path / "o").exists()
 
 
 def test_evaluate_results_checked_before_scoring(capsys, run_dir, tmp_path):
-    args = ["evaluate", "--checkpoint", run_dir / "checkpoint.pt", "--results", tmp_path]
+    args = ["evaluate", "--checkpoint", run_dir / "model.safetensors", "--results", tmp_path]
     assert "--results" in fails(capsys, args) and "is a folder" in fails(capsys, args)
     assert "--split must be one of" in fails(
-        capsys, ["evaluate", "--checkpoint", run_dir / "checkpoint.pt", "--split", "nope"]
+        capsys, ["evaluate", "--checkpoint", run_dir / "model.safetensors", "--split", "nope"]
     )
 
 
@@ -140,8 +142,12 @@ def test_a_budget_that_ends_before_the_first_update(capsys, tmp_path):
 
 
 def same_weights(a: Path, b: Path) -> bool:
-    x = load_checkpoint(a, restore_rng=False).model.state_dict()
-    y = load_checkpoint(b, restore_rng=False).model.state_dict()
+    load = (
+        (lambda p: load_model(p)[0])
+        if a.suffix == ".safetensors"
+        else (lambda p: load_checkpoint(p, restore_rng=False).model)
+    )
+    x, y = load(a).state_dict(), load(b).state_dict()
     return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
@@ -173,10 +179,10 @@ def test_sigterm_saves_and_resume_ends_where_an_uninterrupted_run_ends(capsys, t
     assert main(["train", "--resume", str(cut)]) == 0
     assert f"resuming at update {stopped.step}" in capsys.readouterr().out
     assert listing(cut) == listing(whole) == [
-        "averaged.pt", "checkpoint.pt", "manifest.json", "results.json"
+        "averaged.safetensors", "checkpoint.pt", "manifest.json", "model.safetensors", "results.json"
     ]  # fmt: skip
     assert same_weights(cut / "checkpoint.pt", whole / "checkpoint.pt")
-    assert same_weights(cut / "averaged.pt", whole / "averaged.pt")
+    assert same_weights(cut / "averaged.safetensors", whole / "averaged.safetensors")
     a, b = (json.loads((d / "results.json").read_text()) for d in (whole, cut))
     assert a["train_curve"] == b["train_curve"] and a["run"] != b["run"]
     assert [e[2:] for e in a["heldout"]["curve"]] == [e[2:] for e in b["heldout"]["curve"]]
@@ -207,7 +213,12 @@ def test_sigint_in_process_saves_once_and_stops(capsys, tmp_path, monkeypatch):
         signal.signal(signal.SIGINT, runner_handler)
     assert err.startswith("interrupted by SIGINT at update 7: saved")
     assert load_checkpoint(tmp_path / "checkpoint.pt", restore_rng=False).step == 7
-    assert listing(tmp_path) == ["checkpoint.pt", "manifest.json", "snapshot-5.pt"]
+    assert listing(tmp_path) == [
+        "checkpoint.pt",
+        "manifest.json",
+        "model.safetensors",
+        "snapshot-5.pt",
+    ]
 
 
 def test_periodic_checkpoints(tmp_path, monkeypatch):
@@ -296,11 +307,11 @@ def test_a_new_run_removes_stale_temporaries(capsys, tmp_path):
 def test_a_folder_mixing_two_runs_is_detected(capsys, monkeypatch, tmp_path, tok):
     make_run(tmp_path / "old", tok, run="old")
     make_run(tmp_path / "new", tok, run="new")
-    os.replace(tmp_path / "new" / "checkpoint.pt", tmp_path / "old" / "checkpoint.pt")
-    code, _, err = translate(capsys, monkeypatch, tmp_path / "old" / "checkpoint.pt", "x")
+    os.replace(tmp_path / "new" / "model.safetensors", tmp_path / "old" / "model.safetensors")
+    code, _, err = translate(capsys, monkeypatch, tmp_path / "old" / "model.safetensors", "x")
     assert code == 2 and "mixes files of two runs" in err and err.count("\n") == 1
     (tmp_path / "old" / "manifest.json").unlink()  # a run killed before its first manifest
-    code, _, err = translate(capsys, monkeypatch, tmp_path / "old" / "checkpoint.pt", "x")
+    code, _, err = translate(capsys, monkeypatch, tmp_path / "old" / "model.safetensors", "x")
     assert code == 2 and "did not finish" in err and "--resume" in err
 
 
@@ -337,22 +348,27 @@ def rewrite(path: Path, change) -> None:
         (lambda p: rewrite(p, lambda s: s["config"].update(max_len=10**9)), "asks for"),
         (lambda p: rewrite(p, lambda s: s["config"].update(n_layers=100_000)), "n_layers=100000"),
         (lambda p: rewrite(p, lambda s: s["config"].update(d_model=32)), "do not fit the model"),
-        (
-            lambda p: rewrite(p, lambda s: s["extra"].update(task="copy")),
-            "trained on the copy task",
-        ),
     ],
 )
-def test_damaged_checkpoints_are_refused(capsys, monkeypatch, run_dir, fault, message):
+def test_damaged_checkpoints_are_refused(run_dir, fault, message):
     ckpt = run_dir / "checkpoint.pt"
     fault(ckpt)
-    write_manifest(run_dir, "r1", 1)  # the damage is in the file, not in the bookkeeping
-    code, out, err = translate(capsys, monkeypatch, ckpt, "Ein Hund.")
-    assert code == 2 and out == "" and err.count("\n") == 1 and message in err and str(ckpt) in err
+    with pytest.raises(ValueError) as err:
+        load_checkpoint(ckpt, restore_rng=False)
+    said = str(err.value)
+    assert "\n" not in said and message in said and str(ckpt) in said
+
+
+def test_a_model_of_another_task_is_refused_by_translate(capsys, monkeypatch, run_dir):
+    model, info = load_model(run_dir / "model.safetensors")
+    save_model(run_dir / "model.safetensors", model, **{**info, "task": "copy"})
+    write_manifest(run_dir, "r1", 1)
+    code, out, err = translate(capsys, monkeypatch, run_dir / "model.safetensors", "Ein Hund.")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "trained on the copy task" in err
 
 
 def test_wrong_tokenizers_are_refused(capsys, monkeypatch, run_dir, tmp_path):
-    ckpt = run_dir / "checkpoint.pt"
+    ckpt = run_dir / "model.safetensors"
     (tmp_path / "junk.json").write_text('{"not": "a tokenizer"}')
     code, _, err = translate(capsys, monkeypatch, ckpt, "--tokenizer", tmp_path / "junk.json", "x")
     assert code == 2 and "is not a tokenizer file" in err and err.count("\n") == 1
@@ -379,7 +395,11 @@ def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(capsys, tmp_pa
     assert err.startswith("error: training diverged: loss nan at update 7")
     assert "keeps update 6, the last good one" in err
     assert load_checkpoint(tmp_path / "checkpoint.pt", restore_rng=False).step == 6
-    assert listing(tmp_path) == ["checkpoint.pt", "manifest.json"]  # no results of a NaN model
+    assert listing(tmp_path) == [  # no results of a NaN model
+        "checkpoint.pt",
+        "manifest.json",
+        "model.safetensors",
+    ]
 
 
 def test_a_huge_learning_rate_stops_cleanly(capsys, tmp_path):
@@ -435,7 +455,7 @@ def test_max_tokens_that_cannot_fit(capsys, tmp_path):
 
 def test_beam_wider_than_the_vocabulary(capsys, monkeypatch, run_dir):
     code, out, err = translate(
-        capsys, monkeypatch, run_dir / "checkpoint.pt", "x", "--beam", "100000"
+        capsys, monkeypatch, run_dir / "model.safetensors", "x", "--beam", "100000"
     )
     assert code == 2 and out == "" and "--beam must be at most the vocabulary size" in err
 
@@ -460,7 +480,7 @@ def test_unexpected_errors_are_one_line_unless_debug(capsys, tmp_path, monkeypat
 def test_bad_stdin_lines_are_reported_and_the_others_translated(capsys, monkeypatch, run_dir):
     long = " ".join(["Hund"] * 40)  # over the tiny model's max_len of 80 minus 51
     stdin = b"Ein Hund.\n\xff\xfe bad bytes\n\n" + long.encode() + b"\nEine Frau.\n"
-    code, out, err = translate(capsys, monkeypatch, run_dir / "checkpoint.pt", stdin=stdin)
+    code, out, err = translate(capsys, monkeypatch, run_dir / "model.safetensors", stdin=stdin)
     assert code == 1
     lines = out.split("\n")[:-1]
     assert len(lines) == 5 and lines[1] == lines[2] == lines[3] == ""  # lined up with the input
@@ -471,7 +491,7 @@ def test_bad_stdin_lines_are_reported_and_the_others_translated(capsys, monkeypa
 
 
 def test_an_empty_sentence_has_an_empty_translation(capsys, monkeypatch, run_dir):
-    code, out, err = translate(capsys, monkeypatch, run_dir / "checkpoint.pt", "")
+    code, out, err = translate(capsys, monkeypatch, run_dir / "model.safetensors", "")
     assert (code, out, err) == (0, "\n", "")
 
 

@@ -24,7 +24,8 @@ from annotated.app import CopyTask, main
 from annotated.data import save_tokenizer, train_tokenizer
 from annotated.model import make_model
 from annotated.runs import write_manifest
-from annotated.training import Trainer, load_checkpoint, save_checkpoint
+from annotated.training import Trainer, load_checkpoint
+from annotated.training.model_file import save_model
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = importlib.import_module("annotated.app.run")  # the module, not its function `train`
@@ -119,7 +120,7 @@ def run_dir(tmp_path_factory) -> Path:
     model = make_model(
         V, V, shared_vocab=True, n_layers=1, d_model=16, d_ff=32, n_heads=2, max_len=80
     )
-    save_checkpoint(folder / "checkpoint.pt", model, step=1, task="multi30k", run="r1")
+    save_model(folder / "model.safetensors", model, step=1, task="multi30k", run="r1")
     save_tokenizer(tok, folder / "tokenizer.json")
     write_manifest(folder, "r1", 1)
     return folder
@@ -127,7 +128,7 @@ def run_dir(tmp_path_factory) -> Path:
 
 def translate(capsys, monkeypatch, run_dir, stdin: bytes):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
-    code = main(["translate", "--checkpoint", str(run_dir / "checkpoint.pt"), "--beam", "1"])
+    code = main(["translate", "--checkpoint", str(run_dir / "model.safetensors"), "--beam", "1"])
     out = capsys.readouterr()
     return code, out.out.split("\n")[:-1], out.err
 
@@ -136,7 +137,7 @@ def translate(capsys, monkeypatch, run_dir, stdin: bytes):
 @pytest.mark.slow  # a second Python process starts torch
 def test_translate_prints_each_line_before_the_input_ends(capsys, monkeypatch, run_dir):
     _, expected, _ = translate(capsys, monkeypatch, run_dir, "Ein Hund läuft.\n".encode())
-    proc = start("translate", "--checkpoint", run_dir / "checkpoint.pt", "--beam", "1",
+    proc = start("translate", "--checkpoint", run_dir / "model.safetensors", "--beam", "1",
                  stdin=subprocess.PIPE)  # fmt: skip
     try:
         proc.stdin.write("Ein Hund läuft.\n")

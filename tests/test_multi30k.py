@@ -2,55 +2,72 @@
 
 import gzip
 import hashlib
-import io
+import http.server
 import json
 import os
 import re
 import shutil
-import urllib.request
+import threading
 from pathlib import Path
 
+import pooch
 import pytest
 
+import annotated.data.multi30k as multi30k
 from annotated.data import (
-    MULTI30K_BYTES,
+    MULTI30K_COMMIT,
     MULTI30K_ENV,
     MULTI30K_SHA256,
     MULTI30K_SIZES,
     MULTI30K_URL,
     Pair,
-    download_multi30k_file,
     load_multi30k,
     multi30k_path,
 )
 
 
+class Server(http.server.SimpleHTTPRequestHandler):
+    """Serves `files` by name, the first `cut` tries dropped after `fail_after` bytes; logs the paths."""
+
+    files: dict[str, bytes] = {}
+    fail_after: int | None = None
+    cut = 99
+    requested: list[str] = []
+
+    def do_GET(self):
+        self.requested.append(self.path)
+        name = self.path.rsplit("/", 1)[1]
+        if name not in self.files:
+            self.send_error(404)
+            return
+        data = self.files[name]
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        cut_off = self.fail_after is not None and len(self.requested) <= self.cut
+        self.wfile.write(data[: self.fail_after] if cut_off else data)
+
+    def log_message(self, *args):
+        pass
+
+
 @pytest.fixture(autouse=True)
 def no_network(monkeypatch):
-    """No test may reach the internet; download tests install their own fake opener."""
-
-    def refuse(url, *args, **kwargs):
-        raise AssertionError(f"a test tried to open {url}")
-
-    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+    """No test may reach the internet: downloads go to a port where nothing listens, or to `serve`."""
+    monkeypatch.setattr(multi30k, "MULTI30K_URL", "http://127.0.0.1:9/")
+    monkeypatch.setattr(pooch.core.time, "sleep", lambda seconds: None)  # pooch waits between tries
 
 
-def serve(monkeypatch, files: dict[str, bytes], fail_after: int | None = None) -> list[str]:
-    """Replace urlopen by a fake that serves files by name; returns the list of requested URLs."""
-    requested = []
-
-    class Response(io.BytesIO):
-        def read(self, size=-1):
-            if fail_after is not None and self.tell() >= fail_after:
-                raise ConnectionResetError("connection reset by peer")
-            return super().read(min(size, fail_after or size) if size > 0 else size)
-
-    def fake_urlopen(url, timeout=None):
-        requested.append(url)
-        return Response(files[url.rsplit("/", 1)[1]])
-
-    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
-    return requested
+def serve(
+    monkeypatch, files: dict[str, bytes], fail_after: int | None = None, cut: int = 99
+) -> list[str]:
+    """Serve files by name on 127.0.0.1 as the dataset's repository; returns the list of requested paths."""
+    attributes = {"files": files, "fail_after": fail_after, "cut": cut, "requested": []}
+    handler = type("Handler", (Server,), attributes)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    monkeypatch.setattr(multi30k, "MULTI30K_URL", f"http://127.0.0.1:{httpd.server_port}/raw/")
+    return handler.requested
 
 
 # --- loading from a folder ------------------------------------------------------------------
@@ -69,7 +86,7 @@ def test_splits_have_the_published_sizes(data_dir):
 
 def test_environment_variable_names_the_folder(data_dir, monkeypatch, tmp_path):
     monkeypatch.setenv(MULTI30K_ENV, str(data_dir))
-    pairs = load_multi30k("val", cache_dir=tmp_path)  # no download: urlopen would raise
+    pairs = load_multi30k("val", cache_dir=tmp_path)  # no download: nothing listens at the address
     assert pairs == load_multi30k("val", data_dir)
     assert not any(tmp_path.iterdir())
 
@@ -100,16 +117,20 @@ def test_a_missing_file_and_a_bad_split_raise(tmp_path):
 # --- downloading ----------------------------------------------------------------------------
 
 
+def test_the_address_is_pinned_to_a_commit():
+    assert MULTI30K_URL == (
+        f"https://raw.githubusercontent.com/multi30k/dataset/{MULTI30K_COMMIT}/data/task1/raw/"
+    )
+    assert re.fullmatch(r"[0-9a-f]{40}", MULTI30K_COMMIT)  # a commit, never a branch that moves
+
+
 def test_download_caches_verified_files_and_reuses_them(data_dir, monkeypatch, tmp_path):
     monkeypatch.delenv(MULTI30K_ENV, raising=False)
     files = {name: (data_dir / name).read_bytes() for name in MULTI30K_SHA256}
     requested = serve(monkeypatch, files)
     pairs = load_multi30k("val", cache_dir=tmp_path)
     assert pairs == load_multi30k("val", data_dir)
-    assert requested == [MULTI30K_URL.format(name=f"val.{lang}.gz") for lang in ("de", "en")]
-    assert requested[0] == (
-        "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/val.de.gz"
-    )
+    assert requested == [f"/raw/val.{lang}.gz" for lang in ("de", "en")]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["val.de.gz", "val.en.gz"]
     load_multi30k("val", cache_dir=tmp_path)
     assert len(requested) == 2  # the verified cache is used, nothing downloaded again
@@ -124,33 +145,47 @@ def test_a_corrupted_cache_file_is_downloaded_again(data_dir, monkeypatch, tmp_p
     assert hashlib.sha256(path.read_bytes()).hexdigest() == MULTI30K_SHA256["val.de.gz"]
 
 
-def test_wrong_bytes_raise_and_leave_no_file(monkeypatch, tmp_path):
+def test_wrong_bytes_are_retried_then_raise_and_leave_no_file(monkeypatch, tmp_path):
     monkeypatch.delenv(MULTI30K_ENV, raising=False)
     wrong = gzip.compress(b"Ein Hund.\n")
-    serve(monkeypatch, {"val.de.gz": wrong})
+    requested = serve(monkeypatch, {"val.de.gz": wrong})
     expected, actual = MULTI30K_SHA256["val.de.gz"], hashlib.sha256(wrong).hexdigest()
-    with pytest.raises(ValueError, match=f"val.de.gz.*expected sha256 {expected}, got {actual}"):
+    with pytest.raises(ValueError) as err:
         load_multi30k("val", cache_dir=tmp_path / "cache")
-    assert list((tmp_path / "cache").iterdir()) == []  # neither the file nor a .part is left
+    message = str(err.value)
+    assert message.startswith("downloaded val.de.gz from http://127.0.0.1:") and "\n" not in message
+    assert "is not the Multi30k original: SHA256 hash" in message
+    assert expected in message and actual in message
+    assert len(requested) == 3  # the first try and two more
+    assert (
+        list((tmp_path / "cache").iterdir()) == []
+    )  # neither the file nor a temporary one is left
 
 
-def test_a_broken_download_raises_and_leaves_no_file(monkeypatch, tmp_path):
+def test_a_broken_download_is_retried_then_raises_and_leaves_no_file(monkeypatch, tmp_path):
+    monkeypatch.delenv(MULTI30K_ENV, raising=False)
     payload = os.urandom(3 << 20)  # several chunks, the connection drops after the first
     monkeypatch.setitem(MULTI30K_SHA256, "val.de.gz", hashlib.sha256(payload).hexdigest())
-    monkeypatch.setitem(MULTI30K_BYTES, "val.de.gz", len(payload))  # and its size
-    serve(monkeypatch, {"val.de.gz": payload}, fail_after=1 << 20)
-    with pytest.raises(OSError, match="downloading val.de.gz from https://.*failed"):
-        download_multi30k_file("val.de.gz", tmp_path / "val.de.gz")
-    assert list(tmp_path.iterdir()) == []
+    requested = serve(monkeypatch, {"val.de.gz": payload}, fail_after=1 << 20)
+    with pytest.raises(OSError, match="downloading val.de.gz from http://127.0.0.1:.* failed"):
+        multi30k_path("val.de.gz", data_dir=None, cache_dir=tmp_path)
+    assert len(requested) == 3 and list(tmp_path.iterdir()) == []
 
 
-def test_download_verifies_against_the_checksum_table(monkeypatch, tmp_path):
-    payload = b"any bytes at all"  # runs without the data: the table is patched to match
-    monkeypatch.setitem(MULTI30K_SHA256, "val.de.gz", hashlib.sha256(payload).hexdigest())
-    serve(monkeypatch, {"val.de.gz": payload})
-    download_multi30k_file("val.de.gz", tmp_path / "sub" / "val.de.gz")
-    assert (tmp_path / "sub" / "val.de.gz").read_bytes() == payload
-    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["val.de.gz"]
+def test_a_download_that_fails_once_is_retried(data_dir, monkeypatch, tmp_path):
+    monkeypatch.delenv(MULTI30K_ENV, raising=False)
+    good = (data_dir / "val.de.gz").read_bytes()
+    requested = serve(monkeypatch, {"val.de.gz": good}, fail_after=len(good) // 2, cut=1)
+    path = multi30k_path("val.de.gz", data_dir=None, cache_dir=tmp_path)
+    assert len(requested) == 2 and path.read_bytes() == good  # cut off once, whole the second time
+
+
+def test_no_network_is_an_error_that_names_the_file_and_the_address(monkeypatch, tmp_path):
+    monkeypatch.delenv(MULTI30K_ENV, raising=False)
+    with pytest.raises(
+        OSError, match="downloading val.de.gz from http://127.0.0.1:9/val.de.gz failed"
+    ):
+        multi30k_path("val.de.gz", cache_dir=tmp_path)
 
 
 def test_the_book_states_the_download_size_of_the_files(data_dir):

@@ -25,12 +25,12 @@ from annotated.data import BOS_ID, PAD_ID, encode, save_tokenizer, train_tokeniz
 from annotated.decoding import next_token_logits, translate_ids
 from annotated.files import sha256_of
 from annotated.model import causal_mask, make_model
-from annotated.training import save_checkpoint
+from annotated.training.model_file import save_model
 
 pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 
-CHECKPOINT = "results/multi30k/model_fp16.pt"
+CHECKPOINT = "results/multi30k/model_fp16.safetensors"
 SENTENCES = [  # Multi30k-like captions, and a few that are not
     "Zwei Hunde spielen im Schnee.",
     "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
@@ -154,7 +154,7 @@ def test_export_copy_rejects_bad_lengths(python_model):
 def test_command_names_a_missing_checkpoint(tmp_path, capsys):
     missing = tmp_path / "nothing.pt"
     assert main(["export-onnx", "--checkpoint", str(missing), "--out", str(tmp_path)]) == 2
-    assert f"checkpoint file not found: {missing}" in capsys.readouterr().err
+    assert f"model file not found: {missing}" in capsys.readouterr().err
 
 
 # ---- A tiny random model: the longest output, and float16 only where it is exact -------------------
@@ -176,7 +176,7 @@ def tiny(tmp_path_factory):
     with torch.no_grad():  # float16 values in the encoder, float32 ones that it rounds elsewhere
         for p in model.encoder.parameters():
             p.copy_(p.half().float())
-    save_checkpoint(folder / "checkpoint.pt", model)
+    save_model(folder / "model.safetensors", model)
     save_tokenizer(tok, folder / "tokenizer.json")
     before, store = {}, onnx_export.store_exact_float16
 
@@ -187,7 +187,7 @@ def tiny(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(onnx_export, "store_exact_float16", keep_a_copy)
-        config = export_translator(folder / "checkpoint.pt", None, folder / "out")
+        config = export_translator(folder / "model.safetensors", None, folder / "out")
     files = {name: folder / "out" / file for name, file in config["files"].items()}
     return model.eval(), config, files, before
 
@@ -295,7 +295,7 @@ def test_an_export_stopped_between_its_renames_is_caught(tiny, tmp_path, monkeyp
     torch.manual_seed(1)  # another model of the same shape: every graph differs
     V = config["vocab_size"]
     other = make_model(V, V, shared_vocab=True, n_layers=1, d_model=32, d_ff=64, n_heads=2)
-    save_checkpoint(tmp_path / "checkpoint.pt", other)
+    save_model(tmp_path / "model.safetensors", other)
     shutil.copyfile(folder / "tokenizer.json", tmp_path / "tokenizer.json")
     replace, renamed = os.replace, []
 
@@ -307,7 +307,7 @@ def test_an_export_stopped_between_its_renames_is_caught(tiny, tmp_path, monkeyp
 
     with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
         m.setattr(os, "replace", killed_after_the_first)
-        export_translator(tmp_path / "checkpoint.pt", None, out)
+        export_translator(tmp_path / "model.safetensors", None, out)
     assert renamed == ["encoder.onnx"]
     assert sorted(p.name for p in out.iterdir()) == sorted(  # no temporary file is left
         ["encoder.onnx", "decoder_step.onnx", "tokenizer.json", "translator.json"]
@@ -318,5 +318,5 @@ def test_an_export_stopped_between_its_renames_is_caught(tiny, tmp_path, monkeyp
         f"{out / 'encoder.onnx'} is not the file that {out / 'translator.json'} lists: the folder "
         "mixes two exports (one was stopped between its renames); export again"
     )
-    config = export_translator(tmp_path / "checkpoint.pt", None, out)  # exported again: whole
+    config = export_translator(tmp_path / "model.safetensors", None, out)  # exported again: whole
     assert onnx_export.check_export(out) == config

@@ -56,7 +56,7 @@ def test_committed_scores_are_those_of_the_committed_translations(direction, spl
 @pytest.mark.parametrize("direction", RUNS)
 def test_the_checkpoint_writes_the_committed_greedy_translations(direction):
     model, tok, trained = load_for_inference(
-        str(RUNS[direction] / "model_fp16.pt"), None, torch.device("cpu")
+        str(RUNS[direction] / "model_fp16.safetensors"), None, torch.device("cpu")
     )
     assert trained == direction
     pairs = load_multi30k("test_2016_flickr", DATA, direction=direction)

@@ -4,13 +4,11 @@ tokenizer of their size, incomplete checkpoints, permissions and the umask, stal
 one GPU for every torchrun process, an uncapped download, folders left by a failed evaluate, and
 atomic writes without `os.fchmod`."""
 
-import io
 import json
 import os
 import signal
 import stat
 import struct
-import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -20,13 +18,14 @@ from cli_helpers import SENTENCES, TINY, fails
 from filelock import FileLock
 
 from annotated.app import main
-from annotated.data import multi30k, save_tokenizer, train_tokenizer
+from annotated.data import save_tokenizer, train_tokenizer
 from annotated.files import atomic_path, atomic_write, sha256_of
 from annotated.model import make_model
 from annotated.runs import remove_stale_temporaries, write_results
 from annotated.runs.folder_lock import HOLDER, LOCK, run_lock
 from annotated.runs.processes import start_runtime
 from annotated.training import CHECKPOINT_FORMAT, Trainer, load_checkpoint, save_checkpoint
+from annotated.training.model_file import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = [ROOT / "results" / "multi30k", ROOT / "results" / "multi30k-en-de"]
@@ -202,7 +201,7 @@ def test_stale_snapshot_temporaries_are_removed(tmp_path):
 
 @pytest.mark.parametrize("folder", COMMITTED, ids=lambda p: p.name)
 def test_the_committed_models_record_their_tokenizer(folder):
-    extra = load_checkpoint(folder / "model_fp16.pt", restore_rng=False).extra
+    extra = load_model(folder / "model_fp16.safetensors")[1]
     assert extra["tokenizer_sha256"] == sha256_of(folder / "tokenizer.json")
     assert extra["direction"] == ("en-de" if folder.name.endswith("en-de") else "de-en")
 
@@ -214,7 +213,7 @@ def test_a_committed_model_refuses_another_tokenizer_of_its_size(capsys, tmp_pat
     vocab[a], vocab[b] = vocab[b], vocab[a]
     other = tmp_path / "tokenizer.json"
     other.write_text(json.dumps(tokenizer, ensure_ascii=False), encoding="utf-8")
-    model = COMMITTED[0] / "model_fp16.pt"
+    model = COMMITTED[0] / "model_fp16.safetensors"
     err = fails(capsys, ["translate", "--checkpoint", model, "--tokenizer", other, "Ein Hund."])
     assert f"{other} is not the tokenizer that the model in {model} was trained with" in err
 
@@ -277,29 +276,6 @@ def test_a_numbered_gpu_under_torchrun_is_refused(monkeypatch):
     assert str(err.value) == (
         "--device cuda:0 would put all 2 processes that torchrun started on this machine on one "
         "GPU: pass --device cuda, and each takes the GPU of its LOCAL_RANK"
-    )
-
-
-# 7. The download stops at the file's known size
-
-
-def test_a_download_longer_than_the_file_is_cut_off(tmp_path, monkeypatch):
-    served = []
-
-    class Endless(io.RawIOBase):  # a server that never stops sending
-        def read(self, n=-1):
-            served.append(n)
-            assert sum(served) < 2**23, "read 8 MiB of a 25 KB file"
-            return b"\0" * n
-
-    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: Endless())
-    with pytest.raises(ValueError) as err:
-        multi30k.download_multi30k_file("val.de.gz", tmp_path / "val.de.gz")
-    assert "is larger than the original's 24,681 bytes: stopped there (file removed)" in str(
-        err.value
-    )
-    assert (
-        sum(served) == multi30k.MULTI30K_BYTES["val.de.gz"] + 1 and list(tmp_path.iterdir()) == []
     )
 
 

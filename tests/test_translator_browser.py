@@ -39,8 +39,8 @@ book_server = test_book_browser.book_server
 browser_type_launch_args = test_book_browser.browser_type_launch_args
 
 CHECKPOINTS = {  # the page's models by direction (book/build_assets.py exports each)
-    "de-en": ROOT / "results" / "multi30k" / "model_fp16.pt",
-    "en-de": ROOT / "results" / "multi30k-en-de" / "model_fp16.pt",
+    "de-en": ROOT / "results" / "multi30k" / "model_fp16.safetensors",
+    "en-de": ROOT / "results" / "multi30k-en-de" / "model_fp16.safetensors",
 }
 DIRECTIONS = tuple(CHECKPOINTS)
 LANGUAGES = {"de-en": ("German", "English"), "en-de": ("English", "German")}  # source, target

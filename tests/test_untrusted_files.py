@@ -16,6 +16,7 @@ import torch
 from cli_helpers import SENTENCES, TINY, fails
 
 import annotated.app.multi30k_task as multi30k_task
+import annotated.data.tokenizer_file as tokenizer_file
 from annotated.app import main
 from annotated.data import Pair, save_tokenizer, train_tokenizer
 from annotated.files import atomic_write, sha256_of
@@ -23,6 +24,7 @@ from annotated.model import make_model
 from annotated.runs import write_manifest
 from annotated.runs.folder_lock import HOLDER, run_lock
 from annotated.training import load_checkpoint, save_checkpoint
+from annotated.training.model_file import load_model, save_model
 
 checkpoint_module = importlib.import_module("annotated.training.checkpoint")
 files_module = importlib.import_module("annotated.files")
@@ -66,8 +68,16 @@ def make_run(folder: Path, tok, record_tokenizer: bool = False) -> Path:
         V, V, shared_vocab=True, n_layers=1, d_model=16, d_ff=32, n_heads=2, max_len=80
     )
     save_checkpoint(folder / "checkpoint.pt", model, step=1, task="multi30k", run="r1", **extra)
+    save_model(folder / "model.safetensors", model, step=1, task="multi30k", run="r1", **extra)
     write_manifest(folder, "r1", 1)
     return folder / "checkpoint.pt"
+
+
+def resume(capsys, checkpoint):
+    """`train --resume` on the checkpoint's folder: what reads a checkpoint that a user hands over."""
+    code = main(["train", "--resume", str(checkpoint.parent), "--steps", "5"])
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 def translate(capsys, checkpoint, *args):
@@ -102,7 +112,7 @@ def test_a_member_that_unpacks_past_what_the_config_fills_is_refused_unread(
     with_blob(ckpt, 2**27)  # 128 MiB of tensor data for a model of a few KB
     write_manifest(tmp_path / "run", "r1", 1)
     loads = spy_on_loads(monkeypatch)
-    code, out, err = translate(capsys, ckpt, "Ein Hund.")
+    code, out, err = resume(capsys, ckpt)
     assert code == 2 and out == "" and err.count("\n") == 1, err
     assert str(ckpt) in err and "unpack to 128 MiB" in err and "refused unread" in err
     assert all(k.get("map_location") == "meta" for k in loads)  # no tensor data was read
@@ -129,7 +139,7 @@ def test_a_compressed_pickle_is_refused_unread(capsys, monkeypatch, tmp_path, to
     assert ckpt.stat().st_size < len(empty_dicts) / 10  # deflate packs it a hundredfold
     write_manifest(tmp_path / "run", "r1", 1)
     loads = spy_on_loads(monkeypatch)
-    code, out, err = translate(capsys, ckpt, "Ein Hund.")
+    code, out, err = resume(capsys, ckpt)
     assert code == 2 and out == "" and err.count("\n") == 1, err
     assert f"{ckpt} is not a checkpoint: its member" in err and "data.pkl is compressed" in err
     assert loads == []  # nothing was unpickled
@@ -139,13 +149,13 @@ def test_a_pickle_larger_than_a_long_runs_is_refused_unread(capsys, monkeypatch,
     ckpt = make_run(tmp_path / "run", tok)
     state = torch.load(ckpt, weights_only=True)
     # a loss curve costs about 20 pickled bytes per update: 6 MB after the paper's 300K updates
-    for size, code in ((6_000_000, 0), (20 * 2**20, 2)):  # 20 MiB, stored as it is: refused
-        state["extra"]["curve"] = "x" * size
-        torch.save(state, ckpt)
-        write_manifest(tmp_path / "run", "r1", 1)
-        with monkeypatch.context() as m:
-            loads = spy_on_loads(m)
-            assert translate(capsys, ckpt, "Ein Hund.")[0] == code
+    state["extra"]["curve"] = "x" * 6_000_000
+    torch.save(state, ckpt)
+    assert load_checkpoint(ckpt, restore_rng=False).extra["curve"] == "x" * 6_000_000
+    state["extra"]["curve"] = "x" * 20 * 2**20  # 20 MiB, stored as it is: refused
+    torch.save(state, ckpt)
+    loads = spy_on_loads(monkeypatch)
+    assert resume(capsys, ckpt)[0] == 2
     assert loads == []  # the 20 MiB pickle was refused before torch.load
     with pytest.raises(ValueError, match=r"its pickle unpacks to 20 MiB.*refused unread"):
         load_checkpoint(ckpt)
@@ -175,6 +185,7 @@ def test_a_checkpoint_replaced_while_it_is_checked_is_read_from_the_one_checked(
 
 def test_a_tokenizer_of_another_run_is_refused(capsys, tmp_path, tok, other_tok):
     ckpt = make_run(tmp_path / "run", tok, record_tokenizer=True)
+    ckpt = ckpt.with_name("model.safetensors")  # what translate reads
     save_tokenizer(other_tok, tmp_path / "other.json")
     code, out, err = translate(capsys, ckpt, "--tokenizer", tmp_path / "other.json", "Ein Hund.")
     assert code == 2 and out == "" and err.count("\n") == 1, err
@@ -185,6 +196,7 @@ def test_a_tokenizer_of_another_run_is_refused(capsys, tmp_path, tok, other_tok)
 
 def test_a_tokenizer_is_compared_by_its_hash_before_it_is_parsed(capsys, tmp_path, tok):
     ckpt = make_run(tmp_path / "run", tok, record_tokenizer=True)
+    ckpt = ckpt.with_name("model.safetensors")  # what translate reads
     junk = tmp_path / "junk.json"
     junk.write_text('{"not": "a tokenizer"}')  # parsing it would fail: the hash refuses it first
     code, out, err = translate(capsys, ckpt, "--tokenizer", junk, "Ein Hund.")
@@ -196,17 +208,19 @@ def test_a_tokenizer_is_compared_by_its_hash_before_it_is_parsed(capsys, tmp_pat
 @pytest.mark.parametrize("record_tokenizer", [True, False])
 def test_a_tokenizer_file_over_the_cap_is_refused_unread(capsys, tmp_path, tok, record_tokenizer):
     ckpt = make_run(tmp_path / "run", tok, record_tokenizer=record_tokenizer)
+    ckpt = ckpt.with_name("model.safetensors")  # what translate reads
     huge = tmp_path / "huge.json"
     with open(huge, "wb") as f:
-        f.truncate(multi30k_task.TOKENIZER_MAX_BYTES + 1)  # a sparse file: no disk space used
+        f.truncate(tokenizer_file.TOKENIZER_MAX_BYTES + 1)  # a sparse file: no disk space used
     code, out, err = translate(capsys, ckpt, "--tokenizer", huge, "Ein Hund.")
     assert code == 2 and out == "" and err.count("\n") == 1, err
-    cap = f"{multi30k_task.TOKENIZER_MAX_BYTES:,}"
-    assert f"{huge} is {multi30k_task.TOKENIZER_MAX_BYTES + 1:,} bytes, more than the {cap}" in err
+    cap = f"{tokenizer_file.TOKENIZER_MAX_BYTES:,}"
+    assert f"{huge} is {tokenizer_file.TOKENIZER_MAX_BYTES + 1:,} bytes, more than the {cap}" in err
 
 
 def test_a_checkpoint_without_a_recorded_tokenizer_still_loads(capsys, tmp_path, tok, other_tok):
     ckpt = make_run(tmp_path / "run", tok)  # as older versions saved (results/ holds one)
+    ckpt = ckpt.with_name("model.safetensors")  # what translate reads
     save_tokenizer(other_tok, tmp_path / "other.json")
     code, out, err = translate(capsys, ckpt, "--tokenizer", tmp_path / "other.json", "Ein Hund.")
     assert code == 0 and out.count("\n") == 1 and err == ""
@@ -224,12 +238,16 @@ def small_multi30k(monkeypatch):
 def test_train_records_its_tokenizer_and_resume_refuses_another(
     capsys, tmp_path, small_multi30k, other_tok
 ):
-    out, half = tmp_path / "run", tmp_path / "half.pt"
+    out, half = tmp_path / "run", tmp_path / "half.safetensors"
     args = ["train", "--steps", "2", "--vocab-size", VOCAB, "--no-test", *TINY, "--out", out]
     assert main([str(a) for a in [*args, "--export-half", half]]) == 0
     recorded = sha256_of(out / "tokenizer.json")
-    for path in (out / "checkpoint.pt", half):
-        assert load_checkpoint(path, restore_rng=False).extra["tokenizer_sha256"] == recorded
+    assert (
+        load_checkpoint(out / "checkpoint.pt", restore_rng=False).extra["tokenizer_sha256"]
+        == recorded
+    )
+    for path in (out / "model.safetensors", half):
+        assert load_model(path)[1]["tokenizer_sha256"] == recorded
     capsys.readouterr()
     save_tokenizer(other_tok, out / "tokenizer.json")  # another run's tokenizer, same size
     err = fails(capsys, ["train", "--resume", out, "--steps", "3"])
@@ -254,8 +272,7 @@ def test_a_pickle_that_asks_for_code_is_refused_in_one_line(capsys, tmp_path, to
     ckpt = make_run(tmp_path / "run", tok)
     marker = tmp_path / "ran"
     torch.save({"format": "annotated.training/1", "extra": _MakesAFolder(marker)}, ckpt)
-    write_manifest(tmp_path / "run", "r1", 1)
-    code, out, err = translate(capsys, ckpt, "Ein Hund.")
+    code, out, err = resume(capsys, ckpt)
     assert code == 2 and out == "" and err.count("\n") == 1, err
     assert f"{ckpt} is not a checkpoint: its pickle asks for" in err and "mkdir" in err
     assert (
@@ -274,7 +291,7 @@ def test_a_failed_export_leaves_the_previous_one(capsys, monkeypatch, tmp_path, 
     pytest.importorskip("onnx")
     import annotated.app.onnx_export as onnx_export
 
-    ckpt, out = make_run(tmp_path / "run", tok), tmp_path / "page"
+    ckpt, out = make_run(tmp_path / "run", tok).with_name("model.safetensors"), tmp_path / "page"
     assert main(["export-onnx", "--checkpoint", str(ckpt), "--out", str(out)]) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert sorted(before) == [

@@ -80,15 +80,27 @@ def test_train_evaluate_and_translate_without_posix(tmp_path, data_dir):
     done = without_posix(*train, "--out", copy, cwd=tmp_path)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert "held-out exact match" in done.stdout  # the copy task's evaluation
-    assert listing(copy) == ["averaged.pt", "checkpoint.pt", "manifest.json", "results.json"]
+    assert listing(copy) == [
+        "averaged.safetensors",
+        "checkpoint.pt",
+        "manifest.json",
+        "model.safetensors",
+        "results.json",
+    ]
 
     out = tmp_path / "multi30k"
     train = ["train", "--steps", "2", "--vocab-size", "300", "--no-test", *TINY]
     done = without_posix(*train, "--data-dir", data_dir, "--out", out, cwd=tmp_path)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    assert listing(out) == ["checkpoint.pt", "manifest.json", "results.json", "tokenizer.json"]
+    assert listing(out) == [
+        "checkpoint.pt",
+        "manifest.json",
+        "model.safetensors",
+        "results.json",
+        "tokenizer.json",
+    ]
 
-    checkpoint = out / "checkpoint.pt"
+    checkpoint = out / "model.safetensors"
     evaluate = ["evaluate", "--checkpoint", checkpoint, "--split", "val", "--limit", "2"]
     done = without_posix(*evaluate, "--beam", "2", "--data-dir", data_dir, cwd=tmp_path)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr

@@ -84,7 +84,15 @@ def commands(row: str, seed: int, data_dir: str) -> tuple[list[str], list[str], 
     train_file, val_file = out / f"seed{seed}.json", out / f"seed{seed}.val.json"
     train = ["train", *with_flags(BUDGET.split(), flags.split()), "--seed", str(seed), "--out", run]
     train += ["--data-dir", data_dir, "--results", str(train_file.relative_to(ROOT))]
-    evaluate = ["evaluate", "--checkpoint", f"{run}/checkpoint.pt", "--beam", "1", "--split", "val"]
+    evaluate = [
+        "evaluate",
+        "--checkpoint",
+        f"{run}/model.safetensors",
+        "--beam",
+        "1",
+        "--split",
+        "val",
+    ]
     evaluate += ["--data-dir", data_dir, "--results", str(val_file.relative_to(ROOT))]
     return train, evaluate, train_file, val_file
 

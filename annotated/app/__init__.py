@@ -17,13 +17,7 @@ from annotated.app.config import (
     pick,
 )
 from annotated.app.copy_task import CopyOptions, CopyTask
-from annotated.app.multi30k_task import (
-    TOKENIZER_MAX_BYTES,
-    Multi30kOptions,
-    read_tokenizer,
-    Multi30kTraining,
-    Multi30kTask,
-)
+from annotated.app.multi30k_task import Multi30kOptions, Multi30kTraining, Multi30kTask
 from annotated.app.run import CURVE_POINTS, train, add_to_curve
 from annotated.app.task import TaskDefaults, Task
 from annotated.app.tasks import TASKS, run_config, with_task_defaults
@@ -44,9 +38,7 @@ __all__ = [
     "pick",
     "CopyOptions",
     "CopyTask",
-    "TOKENIZER_MAX_BYTES",
     "Multi30kOptions",
-    "read_tokenizer",
     "Multi30kTraining",
     "Multi30kTask",
     "CURVE_POINTS",

@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = sub.add_parser("evaluate", help="BLEU of a saved Multi30k model on a split, greedy and beam")
     translate = sub.add_parser("translate", help="translate sentences with a saved model, in the languages it was trained for")
     for p in (evaluate, translate):
-        p.add_argument("--checkpoint", required=True, help="checkpoint file written by 'train'")
+        p.add_argument("--checkpoint", required=True,
+                       help="model file written by 'train' (OUT/model.safetensors, or --export-half's)")
         p.add_argument("--tokenizer", default=None,
                        help="tokenizer file (default: tokenizer.json next to the checkpoint)")
         p.add_argument("--beam", type=positive(int), default=4,

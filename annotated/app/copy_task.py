@@ -16,7 +16,7 @@ from ..data.copy_sequences import PAD as COPY_PAD, copy_batches
 from ..decoding.copy_decoding import COPY_MODEL, exact_match
 from ..model.transformer import Transformer, TransformerConfig
 from ..training.batch import Batch
-from ..training.checkpoint import save_checkpoint
+from ..training.model_file import save_model
 from .config import positive
 from .memory import activation_bytes, check_memory, check_positions
 from .task import Task, TaskDefaults
@@ -95,7 +95,7 @@ class CopyTask(Task):
         opt, run, step = self.opt, self.cfg.run, trained["steps"]
         averaged = snapshots.average(model)
         extra = {"task": "copy", "run": folder.run, "seq_len": opt.seq_len, "min_len": opt.min_len}
-        save_checkpoint(folder.out / "averaged.pt", averaged, step=step, snapshots=len(snapshots), **extra)
+        save_model(folder.out / "averaged.safetensors", averaged, step=step, snapshots=len(snapshots), **extra)
         final, avg = round(exact_match(model, *self.held), 4), round(exact_match(averaged, *self.held), 4)
         first = next(({"step": s, "seconds": t} for s, t, _, a in trained["evals"] if a == 1.0), None)
         print(f"held-out exact match: {final:.1%}, averaged over {len(snapshots)} snapshots {avg:.1%}")

@@ -16,12 +16,12 @@ import torch
 from tokenizers import Tokenizer
 
 from ..data.multi30k import check_direction, direction_name
-from ..training.checkpoint import load_checkpoint
+from ..training.model_file import load_model
 from ..data.tokenizer import encode
 from ..model.transformer import Transformer
 from ..runs.folder import check_run_file
 from .memory import check_memory
-from .multi30k_task import read_tokenizer
+from ..data.tokenizer_file import load_tokenizer
 
 # %% ../../notebooks/32_inference.ipynb #c004
 class Loaded(NamedTuple):
@@ -42,12 +42,12 @@ def load_for_inference(
         check_direction(direction)
     path = Path(checkpoint)
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint file not found: {path}")
+        raise FileNotFoundError(f"model file not found: {path}")
     tok_path = Path(tokenizer) if tokenizer else path.with_name("tokenizer.json")
     if not tok_path.is_file():
         raise FileNotFoundError(f"tokenizer file not found: {tok_path} (pass --tokenizer)")
-    ckpt = load_checkpoint(path, map_location="cpu", restore_rng=False)  # then moved: any device
-    task, run = ckpt.extra.get("task", "multi30k"), ckpt.extra.get("run")
+    model, info = load_model(path)  # safetensors: no code runs (appendix 21); then moved: any device
+    task, run = info.get("task", "multi30k"), info.get("run")
     if task != "multi30k":
         raise ValueError(
             f"{path} holds a model trained on the {task} task; evaluate and translate need a "
@@ -56,21 +56,21 @@ def load_for_inference(
     check_run_file(path, run)
     if tok_path.parent == path.parent:
         check_run_file(tok_path, run)
-    recorded = ckpt.extra.get("tokenizer_sha256")  # None: saved before 'train' recorded it
-    tok = read_tokenizer(tok_path, recorded, path)  # capped, hashed, then parsed (appendix 31)
-    cfg, size = ckpt.model.cfg, tok.get_vocab_size()
+    recorded = info.get("tokenizer_sha256")  # None: saved before 'train' recorded it
+    tok = load_tokenizer(tok_path, recorded, path)  # capped, hashed, then parsed (appendix 21)
+    cfg, size = model.cfg, tok.get_vocab_size()
     if size != cfg.src_vocab or size != cfg.tgt_vocab:
         raise ValueError(
             f"{tok_path} has {size} tokens but the model in {path} has vocabularies of "
             f"{cfg.src_vocab} and {cfg.tgt_vocab}: they come from different runs (pass --tokenizer)"
         )
-    trained = ckpt.extra.get("direction", "de-en")  # saved before there was a choice: German->English
+    trained = info.get("direction", "de-en")  # saved before there was a choice: German->English
     if direction is not None and direction != trained:
         raise ValueError(
             f"--direction {direction} asks for {direction_name(direction)}, but the model in {path} "
             f"translates {direction_name(trained)} ({trained})"
         )
-    return Loaded(ckpt.model.float().to(device).eval(), tok, trained)
+    return Loaded(model.to(device).eval(), tok, trained)
 
 
 # %% ../../notebooks/32_inference.ipynb #c004c

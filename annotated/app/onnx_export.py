@@ -153,7 +153,9 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     export = sub.add_parser(
         "export-onnx", help="export a saved Multi30k model to ONNX for the book's browser page"
     )
-    export.add_argument("--checkpoint", required=True, help="checkpoint file written by 'train'")
+    export.add_argument(
+        "--checkpoint", required=True, help="model file written by 'train' (OUT/model.safetensors)"
+    )
     export.add_argument(
         "--tokenizer",
         default=None,

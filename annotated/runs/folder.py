@@ -19,6 +19,7 @@ from torch import nn
 
 from ..files import WriteError, atomic_write, sha256_of
 from ..training.checkpoint import Checkpoint, save_checkpoint
+from ..training.model_file import save_model
 from .interrupts import Signals
 from .records import Stop, write_results
 from .snapshot_files import read_snapshot
@@ -26,7 +27,7 @@ from .snapshot_files import read_snapshot
 
 # %% ../../notebooks/30_runs.ipynb #c012
 MANIFEST = "manifest.json"  # written last: the run's id and the SHA-256 of each of its files
-RUN_FILES = ("checkpoint.pt", "averaged.pt", "tokenizer.json", "results.json")
+RUN_FILES = ("checkpoint.pt", "model.safetensors", "averaged.safetensors", "tokenizer.json", "results.json")
 
 
 def writable_folder(path, option: str) -> Path | None:
@@ -196,6 +197,8 @@ class RunSaves(RunFiles):
                     self.on_disk.add(s)
             extra = self.extra(progress, snapshots)
             save_checkpoint(self.out / "checkpoint.pt", model, optimizer, scheduler, step=step, **extra)
+            # the model alone, for evaluate, translate and export-onnx (appendix 21)
+            save_model(self.out / "model.safetensors", model, step=step, task=self.task, run=self.run, **self.use_with)
             self.saved_step = step
             self.drop_snapshots(keep={s for s, _ in snapshots})
             write_manifest(self.out, self.run, step)

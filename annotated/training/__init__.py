@@ -19,6 +19,7 @@ from annotated.training.checkpoint import (
     check_entries,
     load_checkpoint,
 )
+from annotated.training.model_file import MODEL_FORMAT, save_model, load_model
 
 __all__ = [
     "average_weights",
@@ -37,4 +38,7 @@ __all__ = [
     "read_checked",
     "check_entries",
     "load_checkpoint",
+    "MODEL_FORMAT",
+    "save_model",
+    "load_model",
 ]

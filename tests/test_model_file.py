@@ -1,0 +1,234 @@
+"""Models to share as safetensors (appendix 21, issue 51 item 1): a round trip keeps every tensor and
+the tie, the committed models are safetensors equal to the checkpoints they came from, and every
+refused file gets one line that names the file and the reason."""
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from annotated.model import make_model
+from annotated.training.checkpoint import load_checkpoint
+from annotated.training.model_file import MODEL_FORMAT, load_model, save_model
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMITTED = {  # each committed model and the checkpoint it was converted from (tools/convert_models.py)
+    "results/multi30k/model_fp16.safetensors": "results/multi30k/model_fp16.pt",
+    "results/multi30k-en-de/model_fp16.safetensors": "results/multi30k-en-de/model_fp16.pt",
+    "results/copy/copier.safetensors": "results/copy/copier.pt",
+    "results/copy/early/copier.safetensors": "results/copy/early/copier.pt",
+}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    return make_model(10, 10, n_layers=1, d_model=16, d_ff=32, n_heads=2).eval()
+
+
+@pytest.fixture
+def good(tiny, tmp_path) -> Path:
+    path = tmp_path / "tiny.safetensors"
+    save_model(path, tiny, direction="de-en", tokenizer_sha256="0" * 64)
+    return path
+
+
+def header_of(path: Path) -> tuple[dict, bytes]:
+    data = path.read_bytes()
+    length = struct.unpack("<Q", data[:8])[0]
+    return json.loads(data[8 : 8 + length]), data[8 + length :]
+
+
+def rewritten(path: Path, change) -> Path:
+    """A copy of the file whose JSON header `change(header)` edits; the tensors' bytes kept."""
+    header, body = header_of(path)
+    change(header)
+    text = json.dumps(header).encode()
+    out = path.with_name("bad.safetensors")
+    out.write_bytes(struct.pack("<Q", len(text)) + text + body)
+    return out
+
+
+def refusal(path: Path) -> str:
+    with pytest.raises(ValueError) as err:
+        load_model(path)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(str(path))  # one line, naming the file
+    return message
+
+
+def test_round_trip_keeps_every_tensor_the_tie_and_the_metadata(tiny, good):
+    model, info = load_model(good)
+    assert info == {"direction": "de-en", "tokenizer_sha256": "0" * 64}
+    assert model.cfg == tiny.cfg and model.generator.weight is model.tgt_embed.lut.weight
+    for name, tensor in tiny.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+    x = torch.randint(4, 10, (2, 5))
+    assert torch.equal(model.eval()(x, x), tiny(x, x))
+    header, _ = header_of(good)
+    assert (
+        json.loads(header["__metadata__"]["config"])["d_model"] == 16
+    )  # metadata values: JSON strings
+    assert header["__metadata__"]["format"] == MODEL_FORMAT
+
+
+def test_half_precision_is_kept_in_the_file_and_loaded_as_float32(tiny, tmp_path):
+    half = make_model(10, 10, n_layers=1, d_model=16, d_ff=32, n_heads=2).half()
+    save_model(tmp_path / "half.safetensors", half)
+    assert {t.dtype for t in load_file(tmp_path / "half.safetensors").values()} == {torch.float16}
+    model, _ = load_model(tmp_path / "half.safetensors")
+    for name, tensor in half.state_dict().items():
+        assert model.state_dict()[name].dtype == torch.float32
+        assert torch.equal(model.state_dict()[name].half(), tensor), name
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.999])
+def test_a_truncated_file_is_refused(good, fraction):
+    data = good.read_bytes()
+    good.write_bytes(data[: int(len(data) * fraction)])
+    assert "is not a safetensors model file: damaged" in refusal(good)
+
+
+def test_a_file_of_eight_bytes_or_fewer_is_refused(good):
+    good.write_bytes(b"\x00" * 5)
+    assert "is not a safetensors model file: damaged" in refusal(good)
+
+
+@pytest.mark.parametrize(
+    "lie",
+    [
+        lambda e: e.update(
+            data_offsets=[e["data_offsets"][0], e["data_offsets"][1] + 4]
+        ),  # past its data
+        lambda e: e.update(
+            data_offsets=[0, e["data_offsets"][1] - e["data_offsets"][0]]
+        ),  # overlaps another
+        lambda e: e.update(dtype="F16"),  # half the bytes it spans
+        lambda e: e.update(shape=[5]),  # half the elements
+        lambda e: e.update(shape=[20]),  # twice the elements
+    ],
+    ids=["offset-past-data", "offset-overlaps", "dtype", "shape-short", "shape-long"],
+)
+def test_a_header_that_lies_about_offsets_dtypes_or_shapes_is_refused(good, lie):
+    bad = rewritten(good, lambda h: lie(h["generator.bias"]))
+    assert "is not a safetensors model file: damaged" in refusal(bad)
+
+
+def test_a_consistent_header_of_another_dtype_or_shape_is_refused_before_reading_data(good):
+    bad = rewritten(good, lambda h: h["generator.bias"].update(dtype="I32"))  # 10 int32: same bytes
+    assert "do not fit the model its config describes" in refusal(
+        bad
+    ) and "generator.bias I32" in refusal(bad)
+    bad = rewritten(
+        good, lambda h: h["generator.bias"].update(shape=[5, 2])
+    )  # same elements, other shape
+    assert "generator.bias F32 (5, 2) (config: (10,))" in refusal(bad)
+
+
+def test_a_missing_or_extra_tensor_is_refused(good):
+    bad = rewritten(good, lambda h: h.update(extra=h.pop("generator.bias")))
+    message = refusal(bad)
+    assert "2 mismatches" in message and "extra" in message and "generator.bias" in message
+
+
+@pytest.mark.parametrize("length", [2**40, 100_000_001])
+def test_a_huge_header_is_refused_unread(good, length):
+    data = good.read_bytes()
+    good.write_bytes(struct.pack("<Q", length) + data[8:])  # the library caps its header at 100 MB
+    assert "is not a safetensors model file: damaged" in refusal(
+        good
+    ) and "header too large" in refusal(good)
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda m: m.pop("format"), "is not an annotated model"),
+        (lambda m: m.update(format="someone.else/1"), "is not an annotated model"),
+        (lambda m: m.pop("config"), "holds an invalid model config: KeyError"),
+        (lambda m: m.update(config="{"), "holds an invalid model config: JSONDecodeError"),
+        (
+            lambda m: m.update(config='{"src_vocab": 10}'),
+            "holds an invalid model config: TypeError",
+        ),
+        (
+            lambda m: m.update(config=m["config"].replace('"n_heads": 2', '"n_heads": 3')),
+            "invalid model config",
+        ),
+        (
+            lambda m: m.update(config=m["config"].replace('"d_ff": 32', '"d_ff": 64')),
+            "do not fit the model",
+        ),
+        (
+            lambda m: m.update(direction="de-en"),
+            "holds an invalid model config: JSONDecodeError",
+        ),  # not JSON
+    ],
+    ids=[
+        "no-format",
+        "other-format",
+        "no-config",
+        "config-not-json",
+        "config-incomplete",
+        "config-invalid",
+        "config-other-shapes",
+        "entry-not-json",
+    ],
+)
+def test_wrong_metadata_is_refused(good, change, reason):
+    assert reason in refusal(rewritten(good, lambda h: change(h["__metadata__"])))
+
+
+def test_a_config_that_asks_for_far_more_memory_than_the_file_holds_is_refused(good):
+    """Only the position table is not in the file: a huge max_len would allocate it on loading."""
+    bad = rewritten(
+        good,
+        lambda h: h["__metadata__"].update(
+            config=h["__metadata__"]["config"].replace('"max_len": 5000', '"max_len": 1000000000')
+        ),
+    )
+    assert "its config (max_len=1000000000) asks for" in refusal(bad)
+
+
+def test_a_file_without_metadata_is_refused(good):
+    assert "is not an annotated model" in refusal(rewritten(good, lambda h: h.pop("__metadata__")))
+
+
+def test_nan_weights_are_refused(tiny, tmp_path):
+    model = make_model(10, 10, n_layers=1, d_model=16, d_ff=32, n_heads=2)
+    with torch.no_grad():
+        model.generator.bias[0] = float("nan")
+    save_model(tmp_path / "nan.safetensors", model)
+    assert "holds NaN or infinite weights in 1 tensors (first: generator.bias)" in refusal(
+        tmp_path / "nan.safetensors"
+    )
+
+
+def test_a_torch_checkpoint_is_refused_as_a_model_file(tiny, tmp_path):
+    torch.save(tiny.state_dict(), tmp_path / "model.safetensors")
+    message = refusal(tmp_path / "model.safetensors")
+    assert "is not a safetensors model file: it is a torch.save checkpoint" in message
+
+
+def test_a_missing_file_and_a_model_that_is_not_a_transformer(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no model file at"):
+        load_model(tmp_path / "none.safetensors")
+    with pytest.raises(TypeError, match="model must be a Transformer"):
+        save_model(tmp_path / "x.safetensors", torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("name", sorted(COMMITTED))
+def test_each_committed_model_is_the_checkpoint_it_was_converted_from(name):
+    """Loading runs no unpickler; every tensor, tied names included, equals the checkpoint's."""
+    model, info = load_model(ROOT / name)
+    ckpt = load_checkpoint(ROOT / COMMITTED[name], restore_rng=False)
+    original = torch.load(ROOT / COMMITTED[name], weights_only=True)["model"]
+    assert info == {"step": ckpt.step, **ckpt.extra} and model.cfg == ckpt.model.cfg
+    assert {t.dtype for t in load_file(ROOT / name).values()} == {
+        t.dtype for t in original.values()
+    }
+    for key, tensor in original.items():
+        assert torch.equal(model.state_dict()[key].to(tensor.dtype), tensor), key
