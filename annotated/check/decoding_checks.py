@@ -23,6 +23,7 @@ from annotated.check.framework import (
     expect,
     run_properties,
 )
+from annotated.check.stand_ins import reporting_stand_ins
 from annotated.model.transformer import make_model
 
 N_VOCAB = 11  # the vocabulary of the toy model: small, and not a power of two
@@ -171,6 +172,7 @@ def _gd_batch(subject):
     return "a sentence's output does not depend on the other sentences of the batch"
 
 # %% ../../notebooks/27_check_decoding.ipynb #c008
+@reporting_stand_ins
 def greedy_decode(fn: Callable) -> Report:
     """Grade `fn(model, src, src_mask, max_new_tokens, bos_id, eos_id, pad_id)` -> (B, 1 + n) (§6.1)."""
     ensure_callable("fn", fn, "your greedy decoding function")
