@@ -1059,7 +1059,7 @@ class EmbeddingsFrozen(Embeddings):
 
 
 def smoothing_over_all_classes(vocab_size, pad_id, smoothing):
-    """PyTorch's label_smoothing: eps spread over all V classes, the label and padding included."""
+    """PyTorch's label_smoothing (Szegedy et al.'s): eps over all V classes, label and pad included."""
 
     def loss(logits, target):
         return F.cross_entropy(
@@ -1071,6 +1071,40 @@ def smoothing_over_all_classes(vocab_size, pad_id, smoothing):
         )
 
     return loss
+
+
+def smoothing_all_classes_pads_scored(vocab_size, pad_id, smoothing):
+    """PyTorch's label_smoothing without ignore_index: positions whose label is pad are scored."""
+
+    def loss(logits, target):
+        flat = logits.reshape(-1, vocab_size), target.reshape(-1)
+        return F.cross_entropy(*flat, label_smoothing=smoothing, reduction="sum")
+
+    return loss
+
+
+class SmoothingTensor2Tensor(nn.Module):
+    """tensor2tensor's target: 1 - eps on the label, eps / (V - 1) on every other class, pad's too."""
+
+    def __init__(self, vocab_size, pad_id, smoothing):
+        super().__init__()
+        self.vocab_size, self.pad_id, self.smoothing = vocab_size, pad_id, smoothing
+
+    def forward(self, logits, target):
+        labels = target.reshape(-1)
+        log_p = logits.reshape(-1, self.vocab_size).log_softmax(-1)
+        low = self.smoothing / (self.vocab_size - 1)
+        q = torch.full_like(log_p, low).scatter(1, labels[:, None], 1 - self.smoothing)
+        return -(q * log_p).sum(-1)[labels != self.pad_id].sum()
+
+
+class SmoothingKL(LabelSmoothingLoss):
+    """The book's target, but KL(q || p) = cross-entropy - H(q), as nn.KLDivLoss computes it."""
+
+    def forward(self, logits, target):
+        q = self.target_distribution(target)
+        log_p = logits.reshape(-1, self.vocab_size).log_softmax(-1)
+        return F.kl_div(log_p, q, reduction="sum")
 
 
 class SmoothingPadScored(LabelSmoothingLoss):
@@ -1182,11 +1216,14 @@ WRONG_TRAINING_PIECES = [
     wrong("embeddings", EmbeddingsFrozen, "gradients_reach_every_parameter"),
     wrong(
         "label_smoothing",
-        smoothing_over_all_classes,
+        smoothing_all_classes_pads_scored,
+        "no_smoothing_is_cross_entropy",
         "matches_reference",
+        "pad_targets_contribute_nothing",
         "minimum_at_smoothed_target",
         "finite_with_large_logits",
     ),
+    wrong("label_smoothing", SmoothingKL, "matches_reference"),  # H(q) apart: 1e-4 of logits of 1e4
     wrong(
         "label_smoothing",
         SmoothingPadScored,
@@ -1406,6 +1443,8 @@ UNUSUAL_BUT_RIGHT = [
     ("decoder_layer", double(DecoderLayer)),
     ("decoder_layer", double(TorchDecoderLayer)),
     ("model", double(small(Transformer))),
+    ("label_smoothing", smoothing_over_all_classes),
+    ("label_smoothing", SmoothingTensor2Tensor),
 ]
 
 
@@ -1415,6 +1454,29 @@ UNUSUAL_BUT_RIGHT = [
 def test_unusual_but_right_implementations_pass(piece, factory):
     report = CHECKS[piece](factory)
     assert report and not report.not_applicable, str(report)
+
+
+@pytest.mark.parametrize(
+    "factory, convention",
+    [
+        (LabelSmoothingLoss, "the book's convention"),
+        (smoothing_over_all_classes, "Szegedy et al.'s convention"),
+        (SmoothingTensor2Tensor, "tensor2tensor's convention"),
+    ],
+)
+def test_label_smoothing_names_the_convention_it_matched(factory, convention):
+    """Each documented target passes, and the report says which one the reader's loss follows."""
+    report = CHECKS["label_smoothing"](factory)
+    matched = next(r for r in report.results if r.name == "matches_reference")
+    assert report and convention in matched.message, str(report)
+
+
+def test_label_smoothing_as_kl_divergence_is_told_so():
+    report = CHECKS["label_smoothing"](SmoothingKL)
+    failed = next(r for r in report.results if r.name == "matches_reference")
+    assert "KL divergence" in failed.message and "the book's cross-entropy" in failed.message, str(
+        report
+    )
 
 
 GALLERY = [

@@ -7,6 +7,7 @@ saying then that the result is the solution's and the reader's answer is not gra
 """
 
 import ast
+import importlib
 import json
 import re
 from pathlib import Path
@@ -296,8 +297,13 @@ def test_every_grader_that_a_learner_calls_reports_stand_ins():
     assert set(check.CHECKS) <= set(graders)
     unwrapped = [n for n in graders if not getattr(getattr(check, n), "reports_stand_ins", False)]
     assert not unwrapped, (
-        f"wrap these with reporting_stand_ins in annotated/check/__init__.py: {unwrapped}"
+        f"define these with @reporting_stand_ins where their module does: {unwrapped}"
     )
+    # one definition: the name a learner calls is the function its module defines, not a second wrapper
+    for name in graders:
+        grader = getattr(check, name)
+        assert grader is getattr(importlib.import_module(grader.__module__), name), name
+        assert grader is check.CHECKS.get(name, grader), name
 
 
 def stored_text(cell: dict) -> str:

@@ -22,6 +22,7 @@ from annotated.check.framework import (
     expect_close,
     run_properties,
 )
+from annotated.check.stand_ins import reporting_stand_ins
 
 # %% ../../notebooks/24_check.ipynb #c011
 def output_of(result) -> Tensor:
@@ -150,6 +151,7 @@ def _att_deterministic(fn):
     return "two calls on the same inputs agree exactly"
 
 
+@reporting_stand_ins
 def attention(fn: Callable) -> Report:
     """Grade `fn(query, key, value, mask=None)` -> output (..., T, Dv) or (output, weights) (§3.2.1)."""
     ensure_callable("fn", fn, "your attention function")
@@ -192,6 +194,7 @@ def check_padding(padding_fn, pad_id: int) -> None:
     expect(got.equal(want), f"with pad_id={pad_id}: True must mark real tokens, False the pads")
 
 # %% ../../notebooks/24_check.ipynb #c028
+@reporting_stand_ins
 def masks(padding_fn: Callable, causal_fn: Callable) -> Report:
     """Grade `padding_fn(tokens, pad_id)` and `causal_fn(size)`: bool, True = may attend (§3.2.3)."""
     ensure_callable("padding_fn", padding_fn, "your padding mask function")

@@ -20,7 +20,8 @@ from .layer_checks import encoder_layer, feed_forward, layer_norm, positional_en
 from .model_checks import decoder_layer, model
 from .multi_head_checks import multi_head
 from .sandbox import confine, finish, mark, run_apart
-from .training_checks import embeddings, label_smoothing, learning_rate
+from .smoothing_checks import label_smoothing
+from .training_checks import embeddings, learning_rate
 
 
 CHECKS: dict[str, Callable] = {  # every check the command line knows, by name (a new one: add it here)

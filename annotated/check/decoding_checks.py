@@ -23,6 +23,7 @@ from annotated.check.framework import (
     expect,
     run_properties,
 )
+from annotated.check.stand_ins import reporting_stand_ins
 from annotated.model.transformer import make_model
 
 N_VOCAB = 11  # the vocabulary of the toy model: small, and not a power of two
@@ -136,8 +137,9 @@ def _gd_after_eos(subject):
         tail = row[row.index(eos, 1) + 1 :] if eos in row[1:] else []
         expect(all(t == PAD for t in tail), f"wrote {row} with eos_id={eos}: after EOS only pad_id")
     alone = decoded(fn, model, src[1:], src_mask[1:], 6, eos)
+    ended = reference(model, src[1:], src_mask[1:], 6, eos).size(1)  # BOS, ..., its EOS
     expect(
-        alone.size(1) == 3,
+        alone.size(1) == ended,
         f"the second sentence alone wrote {alone[0].tolist()} with eos_id="
         f"{eos}: when every sentence has ended, decoding stops (§6.1)",
     )
@@ -171,6 +173,7 @@ def _gd_batch(subject):
     return "a sentence's output does not depend on the other sentences of the batch"
 
 # %% ../../notebooks/27_check_decoding.ipynb #c008
+@reporting_stand_ins
 def greedy_decode(fn: Callable) -> Report:
     """Grade `fn(model, src, src_mask, max_new_tokens, bos_id, eos_id, pad_id)` -> (B, 1 + n) (§6.1)."""
     ensure_callable("fn", fn, "your greedy decoding function")

@@ -33,6 +33,7 @@ from annotated.check.framework import (
     tensor_of,
     with_common,
 )
+from annotated.check.stand_ins import reporting_stand_ins
 from annotated.check.sublayer_checks import dropout_placement, own_norms
 from annotated.check.wiring import wiring
 
@@ -93,6 +94,7 @@ def _ln_small_variance(m):
     return like_reference(m, x, f"inputs of standard deviation {what}", atol=1e-3, eps_said=(eps, said))
 
 # %% ../../notebooks/25_check_model.ipynb #c006
+@reporting_stand_ins
 def layer_norm(factory: Callable) -> Report:
     """Grade `factory(d_model)` -> module normalising over the last axis, like nn.LayerNorm (§3.1)."""
     ensure_callable("factory", factory, "building your LayerNorm module")
@@ -134,6 +136,7 @@ def _pe_shape(fn):
     return "(max_len, d_model), floating point"
 
 
+@reporting_stand_ins
 def positional_encoding(fn: Callable) -> Report:
     """Grade `fn(max_len, d_model)` -> the (max_len, d_model) sinusoidal table of §3.5."""
     ensure_callable("fn", fn, "your positional encoding function")
@@ -174,6 +177,7 @@ def _ff_position_wise(m):
     return "each position is transformed alone: changing one leaves the others' outputs alone"
 
 
+@reporting_stand_ins
 def feed_forward(factory: Callable) -> Report:
     """Grade `factory(d_model, d_ff)` -> position-wise feed-forward module (§3.3, Eq. 2)."""
     ensure_callable("factory", factory, "building your feed-forward module")
@@ -236,6 +240,7 @@ def _enc_permutation(m):
     return "without positional encodings, reordering the input reorders the output alike"
 
 # %% ../../notebooks/25_check_model.ipynb #b2e5d1a9
+@reporting_stand_ins
 def encoder_layer(factory: Callable, norm_first: bool = False, final_norm: bool = False) -> Report:
     """Grade `factory(d_model, n_heads, d_ff)` -> module(x, mask) -> (B, S, D) (§3.1).
 

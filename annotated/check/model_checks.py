@@ -35,6 +35,7 @@ from annotated.check.framework import (
     with_common,
 )
 from annotated.check.layer_checks import closed_form_encoding, is_layer_normalised
+from annotated.check.stand_ins import reporting_stand_ins
 from annotated.check.sublayer_checks import dropout_placement, own_norms
 from annotated.check.wiring import model_wiring, wiring
 
@@ -101,6 +102,7 @@ def _dec_dropout(m):
     return dropout_placement(m, lambda: m(x, memory, src_mask, tgt_mask), D)
 
 
+@reporting_stand_ins
 def decoder_layer(factory: Callable, norm_first: bool = False) -> Report:
     """Grade `factory(d_model, n_heads, d_ff)` -> module(x, memory, src_mask, tgt_mask) (§3.1).
 
@@ -206,6 +208,7 @@ def _model_embedding_scale(m):
     return "the stack receives sqrt(d_model) * embedding + positional encoding on both sides"
 
 # %% ../../notebooks/25_check_model.ipynb #b2e5d1b0
+@reporting_stand_ins
 def model(factory: Callable, norm_first: bool = False) -> Report:
     """Grade `factory(src_vocab, tgt_vocab)` -> module(src, tgt, src_mask, tgt_mask) -> (B, T, n_vocab) (§3).
 

@@ -34,6 +34,7 @@ from annotated.check.framework import (
     tensor_of,
     with_common,
 )
+from annotated.check.stand_ins import reporting_stand_ins
 
 # %% ../../notebooks/24_check.ipynb #64d731b5
 def reference_multi_head(linears: list[nn.Linear], query, key, value, mask=None) -> Tensor:
@@ -190,6 +191,7 @@ def _mha_fully_masked_row(m):
     return "a query with every key hidden reads nothing: its output does not depend on the inputs"
 
 # %% ../../notebooks/24_check.ipynb #c040
+@reporting_stand_ins
 def multi_head(factory: Callable) -> Report:
     """Grade `factory(d_model, n_heads)` -> module(query, key, value, mask=None) -> (B, T, D) (§3.2.2)."""
     ensure_callable("factory", factory, "building your multi-head attention module")

@@ -46,7 +46,7 @@ def passed(answer, message: str) -> None:
 
 
 def reporting_stand_ins(check: Callable) -> Callable:
-    """Wrap a grader so that its report names the stand-ins it was given (as `annotated.check` does)."""
+    """Decorate a grader so that its report names the stand-ins it was given (every grader does)."""
 
     @functools.wraps(check)
     def graded(*answers, **options):  # the grader's Report

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['own_norms', 'dropout_placement']
 
-# %% ../../notebooks/25_check_model.ipynb #f1a0d7c1
+# %% ../../notebooks/25_check_model.ipynb #f83a19c1
 import copy
 import itertools
 from collections.abc import Callable
