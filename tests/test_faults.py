@@ -579,9 +579,9 @@ def test_a_model_with_different_source_and_target_vocabularies():
 
 def test_loss_and_batching_reject_bad_sizes():
     from annotated.data import token_batches
-    from annotated.training import LabelSmoothingLoss
+    from annotated.training import FastLabelSmoothingLoss
 
-    loss = LabelSmoothingLoss(5, 0)
+    loss = FastLabelSmoothingLoss(5, 0)
     with pytest.raises(
         ValueError, match=r"target labels must lie in \[0, vocab_size=5\), got labels from 1 to 7"
     ):

@@ -18,7 +18,8 @@ from annotated.data.tokenizer import (
     decode,
     encode_pairs,
 )
-from annotated.data.batching import pad_batch, length_batches, token_batches, pad_fraction, shard_batches
+from annotated.data.batching import pad_batch, length_batches, token_batches, pad_fraction
+from annotated.data.sharding import shard_batches
 from annotated.data.multi30k import (
     MULTI30K_URL,
     MULTI30K_SHA256,

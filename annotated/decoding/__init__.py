@@ -17,9 +17,9 @@ from annotated.decoding.evaluation import (
     simple_tokenize,
     tokenized_bleu,
     translate_ids,
-    bleu_report,
     evaluate_loss,
 )
+from annotated.decoding.report import bleu_report
 from annotated.decoding.copy_task import COPY_MODEL, copy_model, simple_greedy_decode, exact_match
 
 __all__ = [

@@ -1,15 +1,25 @@
-"""Training (§5): batches, label smoothing, the schedule, the loop, weight averaging and checkpoints.
+"""Training (§5): batches, label smoothing, the schedule, one update, weight averaging, the loop and checkpoints.
 
 Each module is generated from a notebook (its header names which); this file, written by hand,
-re-exports their public names. The machinery of a long run (processes, signals, run folders,
-their snapshots and locks) is `annotated.runs`.
+re-exports their public names: chapter 12's pieces, then appendix 33's for long runs, which call
+them. The machinery of a long run (processes, signals, run folders, their snapshots and locks) is
+`annotated.runs`.
 """
 
 from annotated.training.batch import Batch
 from annotated.training.loss import LabelSmoothingLoss
-from annotated.training.schedule import noam_lr, noam_scheduler, make_optimizer, schedule_rates
-from annotated.training.loop import train_step, Trainer
-from annotated.training.averaging import average_weights, Snapshots
+from annotated.training.schedule import noam_lr, noam_scheduler, make_optimizer
+from annotated.training.step import train_step
+from annotated.training.averaging import average_weights
+from annotated.training.long_runs import (
+    CheckedBatch,
+    FastLabelSmoothingLoss,
+    make_scheduler,
+    schedule_rates,
+    average_state_dicts,
+    Snapshots,
+)
+from annotated.training.loop import train_step_at_scale, Trainer
 from annotated.training.checkpoint import (
     CHECKPOINT_FORMAT,
     save_checkpoint,
@@ -24,11 +34,16 @@ __all__ = [
     "noam_lr",
     "noam_scheduler",
     "make_optimizer",
-    "schedule_rates",
     "train_step",
-    "Trainer",
     "average_weights",
+    "CheckedBatch",
+    "FastLabelSmoothingLoss",
+    "make_scheduler",
+    "schedule_rates",
+    "average_state_dicts",
     "Snapshots",
+    "train_step_at_scale",
+    "Trainer",
     "CHECKPOINT_FORMAT",
     "save_checkpoint",
     "Checkpoint",
