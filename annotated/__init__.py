@@ -35,7 +35,7 @@ __all__ = [
     "TransformerConfig",
     "Transformer",
     "make_model",
-    # training (chapter 12; the package's batch, loss, schedule, averaging, step and loop: appendix 33)
+    # training (chapter 12; the loop and snapshots: appendix 33)
     "Batch",
     "LabelSmoothingLoss",
     "noam_lr",

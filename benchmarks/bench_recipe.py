@@ -1,11 +1,11 @@
 """Updates per second of the Multi30k CPU recipe (preset multi30k-cpu-60min), side by side.
 
-The recipe's model, loss, Adam and schedule, trained by `train_step` on real Multi30k batches of at
+The recipe's model, loss, Adam and schedule, trained by `train_step_at_scale` on real Multi30k batches of at
 most `max_tokens` tokens, in one process. Four ways to run the same updates:
   recorded the recorded run's path: the explicit (B, 1, T, T) look-ahead mask and PyTorch's
            nn.Dropout (Bernoulli draws);
   mask     the same mask, with the package's Dropout (uniform draws compared with p, notebook 05);
-  causal   the fused causal path (`tgt_is_causal`) that `train_step` takes for batches padded at
+  causal   the fused causal path (`tgt_is_causal`) that `train_step_at_scale` takes for batches padded at
            their ends, which all of Multi30k's are;
   compile  the causal path with the model under `torch.compile` (inductor on the CPU).
 Each trains its own copy of the same initial model on the same batches; the variants take turns so
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from annotated import PRESETS, LabelSmoothingLoss, make_model
+from annotated import PRESETS, make_model
 from annotated.app import run_config
 from annotated.data import (
     MULTI30K_ENV,
@@ -37,21 +37,27 @@ from annotated.data import (
     token_batches,
 )
 from annotated.model import Dropout
-from annotated.training import Batch, make_optimizer, noam_scheduler, train_step
+from annotated.training import (
+    CheckedBatch,
+    FastLabelSmoothingLoss,
+    make_optimizer,
+    noam_scheduler,
+    train_step_at_scale,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def recipe_batches(data_dir: str, count: int, max_tokens: int) -> tuple[list[Batch], int]:
+def recipe_batches(data_dir: str, count: int, max_tokens: int) -> tuple[list[CheckedBatch], int]:
     tok = load_tokenizer(ROOT / "results" / "multi30k" / "tokenizer.json")
     pairs = load_multi30k("train", data_dir)[:8000]
     examples = encode_pairs(tok, [(p.src, p.tgt) for p in pairs])
     stream = token_batches(examples, max_tokens, shuffle=True, seed=0)
-    batches = [Batch(src, tgt, PAD_ID) for src, tgt in islice(stream, count)]
+    batches = [CheckedBatch(src, tgt, PAD_ID) for src, tgt in islice(stream, count)]
     return batches, tok.get_vocab_size()
 
 
-def with_mask(b: Batch) -> Batch:
+def with_mask(b: CheckedBatch) -> CheckedBatch:
     masked = copy.copy(b)
     masked.tgt_mask = b.tgt_mask  # a mask set on the batch switches the fused causal path off
     return masked
@@ -99,14 +105,14 @@ def main() -> None:
         scheduler = noam_scheduler(
             optimizer, config["d_model"], recipe["warmup"], recipe["lr_factor"]
         )
-        loss_fn = LabelSmoothingLoss(vocab, PAD_ID, smoothing=0.1)
+        loss_fn = FastLabelSmoothingLoss(vocab, PAD_ID, smoothing=0.1)
         net = torch.compile(model, dynamic=True) if compiled else model
         runs[name] = (net, loss_fn, optimizer, scheduler, data)
 
     def update(name: str, i: int) -> float:
         net, loss_fn, optimizer, scheduler, data = runs[name]
         start = time.perf_counter()
-        train_step(net, loss_fn, optimizer, data[i], scheduler)
+        train_step_at_scale(net, loss_fn, optimizer, data[i], scheduler)
         return time.perf_counter() - start
 
     warm_seconds = {name: sum(update(name, i) for i in range(warm)) for name in runs}

@@ -35,7 +35,7 @@ from annotated.model import (
     make_model,
     padding_mask,
 )
-from annotated.training import Batch, LabelSmoothingLoss
+from annotated.training import CheckedBatch, FastLabelSmoothingLoss
 
 PACKAGE = annotated.__file__.rsplit("/", 1)[0]
 LAYER_CHECKS = ("check_widths", "check_mask")  # MultiHeadAttention's own, outermost on every call
@@ -180,14 +180,17 @@ def test_a_greedy_step_after_the_first_reads_one_value():
 
 
 def test_one_rule_for_a_tensor_of_token_ids():
-    """The batch, the model, the loss and the decoders refuse the same ids with the same message."""
+    """The checked batch, the model, the loss and the decoders refuse the same ids with the same message.
+
+    Chapter 12's Batch and loss are the formulas alone; the runs build appendix 33's CheckedBatch and
+    FastLabelSmoothingLoss, which check what they are given by the model's rule."""
     model = make_model(11, 11, n_layers=1, d_model=16, d_ff=32, n_heads=2).eval()
     good = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
-    loss = LabelSmoothingLoss(11, 0)
+    loss = FastLabelSmoothingLoss(11, 0)
     for bad in (good.to(torch.uint8), good.bool(), good.float(), good[0], good.tolist()):
         messages = set()
         for refuse in (
-            lambda ids: Batch(ids, good, 0),
+            lambda ids: CheckedBatch(ids, good, 0),
             lambda ids: model.encode(ids),
             lambda ids: greedy_decode(model, ids, None, 3, 1, 2, 0),
             lambda ids: beam_search(model, ids, None, 2, bos_id=1, eos_id=2, pad_id=0),

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from annotated.app import main
 from annotated.model import make_model
-from annotated.training import Batch, LabelSmoothingLoss, train_step
+from annotated.training import CheckedBatch, FastLabelSmoothingLoss, train_step_at_scale
 from conftest import random_batch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ def sgd_update(batches, **kwargs):
     torch.manual_seed(0)
     model = make_model(V, V, n_layers=1, d_model=16, d_ff=32, n_heads=2, dropout=0.0)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    loss = train_step(model, LabelSmoothingLoss(V, PAD), optimizer, batches, **kwargs)
+    loss = train_step_at_scale(model, FastLabelSmoothingLoss(V, PAD), optimizer, batches, **kwargs)
     return torch.cat([p.detach().flatten() for p in model.parameters()]), loss
 
 
@@ -36,8 +36,8 @@ def test_process_shares_average_to_one_big_batch():
     """With SGD, averaging the processes' updates is averaging their gradients, as DDP does."""
     gen = torch.Generator().manual_seed(1)
     parts = [random_batch(n, gen) for n in (2, 5, 3)]  # unequal token counts
-    ranks = [Batch(s, t, PAD) for s, t in parts]
-    big = Batch(torch.cat([s for s, _ in parts]), torch.cat([t for _, t in parts]), PAD)
+    ranks = [CheckedBatch(s, t, PAD) for s, t in parts]
+    big = CheckedBatch(torch.cat([s for s, _ in parts]), torch.cat([t for _, t in parts]), PAD)
     assert len({b.n_tokens for b in ranks}) == 3
     one, loss = sgd_update(big)
     W = len(ranks)
@@ -49,7 +49,7 @@ def test_process_shares_average_to_one_big_batch():
 
 
 def test_global_token_count_bad_input():
-    batch = Batch(*random_batch(2, torch.Generator().manual_seed(2)), PAD)
+    batch = CheckedBatch(*random_batch(2, torch.Generator().manual_seed(2)), PAD)
     with pytest.raises(ValueError, match="n_tokens must be given when world_size=2"):
         sgd_update(batch, world_size=2)
     with pytest.raises(ValueError, match=f"n_tokens must be an int >= the {batch.n_tokens}"):

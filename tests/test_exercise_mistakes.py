@@ -524,8 +524,8 @@ MISTAKES = {
         ),
         (
             "the schedule without warm-up",
-            "noam_scheduler(optimizer, D_MODEL, WARMUP, factor)",
-            "noam_scheduler(optimizer, D_MODEL, WARMUP, factor, hold_peak=True)",
+            "make_scheduler(optimizer, D_MODEL, WARMUP, factor)",
+            "make_scheduler(optimizer, D_MODEL, WARMUP, factor, hold_peak=True)",
         ),
         ("the data's seed not offset", "seed=100 + seed", "seed=seed"),
     ],

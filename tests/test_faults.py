@@ -599,11 +599,11 @@ def test_a_model_with_different_source_and_target_vocabularies():
 
 def test_loss_and_batching_reject_bad_sizes():
     from annotated.data import token_batches
-    from annotated.training import LabelSmoothingLoss
+    from annotated.training import FastLabelSmoothingLoss
 
-    loss = LabelSmoothingLoss(5, 0)
+    loss = FastLabelSmoothingLoss(5, 0)
     with pytest.raises(
-        ValueError, match=r"target labels must lie in \[0, vocab_size=5\), got labels from 1 to 7"
+        ValueError, match=r"target: token ids must lie in \[0, vocab_size=5\), got ids from 1 to 7"
     ):
         loss(torch.randn(1, 2, 5), torch.tensor([[1, 7]]))
     with pytest.raises(ValueError, match="max_tokens must be a positive int, got 10.5"):

@@ -13,17 +13,22 @@ from annotated.data import SPECIAL_IDS, strip_specials
 from annotated.model import Transformer, TransformerConfig, make_model
 from annotated.training import (
     Batch,
+    CheckedBatch,
+    FastLabelSmoothingLoss,
     LabelSmoothingLoss,
     Snapshots,
     Trainer,
+    average_state_dicts,
     average_weights,
     load_checkpoint,
     make_optimizer,
+    make_scheduler,
     noam_lr,
     noam_scheduler,
     save_checkpoint,
     schedule_rates,
     train_step,
+    train_step_at_scale,
 )
 from conftest import random_batch
 
@@ -43,13 +48,13 @@ def flat_params(model):
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-# ---- Batch ----------------------------------------------------------------------------------------
+# ---- CheckedBatch ----------------------------------------------------------------------------------
 
 
 def test_batch_shifts_target_and_builds_masks():
     src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
     tgt = torch.tensor([[1, 7, 6, 5, 2], [1, 9, 8, 2, 0]])
-    batch = Batch(src, tgt, pad_id=0)
+    batch = CheckedBatch(src, tgt, pad_id=0)
     assert torch.equal(batch.tgt_in, tgt[:, :-1]) and torch.equal(batch.tgt_out, tgt[:, 1:])
     assert (batch.tgt_in[:, 0] == 1).all()  # decoder input starts with BOS
     assert batch.n_tokens == 7  # 4 + 3 real labels
@@ -65,7 +70,7 @@ def test_a_mask_set_by_hand_survives_moving_the_batch():
     """The no-look-ahead ablation (chapter 19) sets tgt_mask by hand; `to()` must not rebuild it."""
     src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
     tgt = torch.tensor([[1, 7, 6, 5, 2], [1, 9, 8, 2, 0]])
-    batch = Batch(src, tgt, pad_id=0)
+    batch = CheckedBatch(src, tgt, pad_id=0)
     no_look_ahead = (batch.tgt_in != 0)[:, None, None, :].expand(-1, 1, 4, -1)  # (B, 1, T, T)
     batch.tgt_mask = no_look_ahead
     for device in ("cpu", "meta"):  # meta: a device other than the CPU, with no data
@@ -121,7 +126,7 @@ def test_a_mask_set_by_hand_survives_moving_the_batch():
 )
 def test_batch_bad_input(src, tgt, pad_id, error, match):
     with pytest.raises(error, match=match):
-        Batch(src, tgt, pad_id)
+        CheckedBatch(src, tgt, pad_id)
 
 
 # ---- Label smoothing --------------------------------------------------------------------------------
@@ -138,7 +143,7 @@ def test_smoothed_distribution(vocab, pad, eps, seed):
     pad = pad % vocab
     gen = torch.Generator().manual_seed(seed)
     target = torch.randint(0, vocab, (4, 5), generator=gen)
-    q = LabelSmoothingLoss(vocab, pad, eps).target_distribution(target)  # (N, V)
+    q = FastLabelSmoothingLoss(vocab, pad, eps).target_distribution(target)  # (N, V)
     flat = target.reshape(-1)
     real = flat != pad
     assert q.shape == (20, vocab)
@@ -170,7 +175,7 @@ def test_loss_equals_the_explicit_sum_over_q(vocab, pad, eps, shape, seed):
     gen = torch.Generator().manual_seed(seed)
     logits = (3 * torch.randn(*shape, vocab, generator=gen, dtype=torch.float64)).requires_grad_()
     target = torch.randint(0, vocab, shape, generator=gen)
-    loss_fn = LabelSmoothingLoss(vocab, pad, eps)
+    loss_fn = FastLabelSmoothingLoss(vocab, pad, eps)
     q = loss_fn.target_distribution(target, torch.float64)  # (N, V)
     explicit = -(q * logits.reshape(-1, vocab).log_softmax(-1)).sum()
     fast = loss_fn(logits, target)
@@ -185,7 +190,7 @@ def test_loss_with_impossible_classes_is_never_nan(pad):
     logits = torch.randn(3, V, dtype=torch.float64)
     logits[:, pad] = -math.inf  # the model rules padding out
     target = torch.tensor([(pad + 1) % V, (pad + 2) % V, pad])
-    loss_fn = LabelSmoothingLoss(V, pad, 0.1)
+    loss_fn = FastLabelSmoothingLoss(V, pad, 0.1)
     q = loss_fn.target_distribution(target, torch.float64)
     log_p = logits.log_softmax(-1)
     explicit = -(q * log_p.masked_fill(q == 0, 0.0)).sum()
@@ -193,7 +198,7 @@ def test_loss_with_impossible_classes_is_never_nan(pad):
     assert torch.isfinite(explicit)
     logits[0, target[0]] = -math.inf  # ... and the label too
     assert loss_fn(logits, target).item() == math.inf
-    assert LabelSmoothingLoss(V, pad, 0.0)(logits, target).item() == math.inf
+    assert FastLabelSmoothingLoss(V, pad, 0.0)(logits, target).item() == math.inf
 
 
 @settings(max_examples=30, deadline=None)
@@ -221,7 +226,7 @@ def test_relation_to_pytorch_label_smoothing(vocab, pad, eps, shape, seed):
     nll_label = F.cross_entropy(flat_logits, flat_target, ignore_index=pad, reduction="sum")
     pads = torch.full_like(flat_target[real], pad)
     nll_pad = F.cross_entropy(flat_logits[real], pads, reduction="sum")
-    ours = LabelSmoothingLoss(vocab, pad, eps)(logits, target)
+    ours = FastLabelSmoothingLoss(vocab, pad, eps)(logits, target)
     torch.testing.assert_close(ours, theirs + c * (nll_label - nll_pad))
 
 
@@ -232,8 +237,8 @@ def test_no_smoothing_is_plain_cross_entropy_and_kl_differs_by_entropy():
     plain = F.cross_entropy(
         logits.reshape(-1, V), target.reshape(-1), ignore_index=PAD, reduction="sum"
     )
-    torch.testing.assert_close(LabelSmoothingLoss(V, PAD, 0.0)(logits, target), plain)
-    loss_fn = LabelSmoothingLoss(V, PAD, 0.1)
+    torch.testing.assert_close(FastLabelSmoothingLoss(V, PAD, 0.0)(logits, target), plain)
+    loss_fn = FastLabelSmoothingLoss(V, PAD, 0.1)
     q = loss_fn.target_distribution(target)
     log_p = F.log_softmax(logits.reshape(-1, V), -1)
     kl = F.kl_div(log_p, q, reduction="sum")  # terms with q = 0 count as 0
@@ -245,14 +250,14 @@ def test_half_precision_logits_are_summed_in_float32():
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(4, 6, V, generator=gen)
     target = torch.randint(0, V, (4, 6), generator=gen)
-    loss_fn = LabelSmoothingLoss(V, PAD)
+    loss_fn = FastLabelSmoothingLoss(V, PAD)
     half = loss_fn(logits.bfloat16(), target)
     assert half.dtype == torch.float32
     torch.testing.assert_close(half, loss_fn(logits.bfloat16().float(), target))
 
 
 def test_loss_is_smallest_at_the_smoothed_target_and_stays_above_zero():
-    loss_fn = LabelSmoothingLoss(V, PAD, 0.1)
+    loss_fn = FastLabelSmoothingLoss(V, PAD, 0.1)
     target = torch.tensor([3, 7, 0, 5])
     q = loss_fn.target_distribution(target, torch.float64)
     logits = q.log()  # -inf on the pad column: the loss must not turn 0 * -inf into nan
@@ -280,11 +285,11 @@ def test_loss_is_smallest_at_the_smoothed_target_and_stays_above_zero():
 )
 def test_label_smoothing_bad_input(args, error, match):
     with pytest.raises(error, match=match):
-        LabelSmoothingLoss(*args)
+        FastLabelSmoothingLoss(*args)
 
 
 def test_label_smoothing_bad_shapes():
-    loss_fn = LabelSmoothingLoss(V, PAD)
+    loss_fn = FastLabelSmoothingLoss(V, PAD)
     with pytest.raises(ValueError, match="logits must be target's shape"):
         loss_fn(torch.randn(2, 3, V + 1), torch.zeros(2, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="logits must be target's shape"):
@@ -324,7 +329,7 @@ def test_scheduler_sets_the_rate_of_each_update():
     model = tiny_model()
     optimizer = make_optimizer(model)
     assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
-    scheduler = noam_scheduler(optimizer, d_model=16, warmup=5, factor=2.0)
+    scheduler = make_scheduler(optimizer, d_model=16, warmup=5, factor=2.0)
     for step in range(1, 12):
         assert math.isclose(optimizer.param_groups[0]["lr"], 2.0 * noam_lr(step, 16, 5))
         optimizer.step(), scheduler.step()
@@ -333,7 +338,7 @@ def test_scheduler_sets_the_rate_of_each_update():
 def test_scheduler_without_warm_up_holds_the_peak_then_decays_the_same():
     """hold_peak: the peak rate from update 1 to `warmup`, then Eq. 3 exactly (notebook 20's ablation)."""
     optimizer = make_optimizer(tiny_model())
-    scheduler = noam_scheduler(optimizer, d_model=16, warmup=5, factor=2.0, hold_peak=True)
+    scheduler = make_scheduler(optimizer, d_model=16, warmup=5, factor=2.0, hold_peak=True)
     for step in range(1, 12):
         expected = 2.0 * noam_lr(max(step, 5), 16, 5)
         assert math.isclose(optimizer.param_groups[0]["lr"], expected)
@@ -349,14 +354,14 @@ def test_scheduler_decay_to_falls_linearly_from_the_peak_to_zero():
     assert rates[12 - 1] == 0.0 and rates[13 - 1] == 0.0
     falls = [a - b for a, b in zip(rates[3:11], rates[4:12], strict=True)]
     assert all(math.isclose(d, peak / 8) for d in falls)  # the same drop at every update
-    held = noam_scheduler(make_optimizer(tiny_model()), 16, 4, hold_peak=True, decay_to=12)
+    held = make_scheduler(make_optimizer(tiny_model()), 16, 4, hold_peak=True, decay_to=12)
     assert math.isclose(held.get_last_lr()[0], noam_lr(4, 16, 4))  # no warm-up: the peak at once
 
 
 def test_schedule_rates_are_the_rates_the_scheduler_sets():
     rates = schedule_rates(11, 16, 5, factor=2.0, hold_peak=True)
     optimizer = make_optimizer(tiny_model())
-    scheduler = noam_scheduler(optimizer, 16, 5, factor=2.0, hold_peak=True)
+    scheduler = make_scheduler(optimizer, 16, 5, factor=2.0, hold_peak=True)
     for rate in rates:
         assert rate == optimizer.param_groups[0]["lr"]
         optimizer.step(), scheduler.step()
@@ -369,16 +374,16 @@ def test_schedule_rates_are_the_rates_the_scheduler_sets():
 def test_scheduler_bad_input():
     model = tiny_model()
     with pytest.raises(ValueError, match="lr=1.0"):
-        noam_scheduler(torch.optim.Adam(model.parameters(), lr=1e-3), 16, 10)
+        make_scheduler(torch.optim.Adam(model.parameters(), lr=1e-3), 16, 10)
     with pytest.raises(ValueError, match="warmup"):
-        noam_scheduler(make_optimizer(model), 16, 0)
+        make_scheduler(make_optimizer(model), 16, 0)
     with pytest.raises(ValueError, match="factor"):
-        noam_scheduler(make_optimizer(model), 16, 10, factor=0.0)
+        make_scheduler(make_optimizer(model), 16, 10, factor=0.0)
     for bad in (10, 3, 12.5):
         with pytest.raises(
             ValueError, match=rf"decay_to must be an int > warmup \(10\), got {bad}"
         ):
-            noam_scheduler(make_optimizer(model), 16, 10, decay_to=bad)
+            make_scheduler(make_optimizer(model), 16, 10, decay_to=bad)
 
 
 # ---- Training step and accumulation -----------------------------------------------------------------
@@ -387,16 +392,16 @@ def test_scheduler_bad_input():
 def micro_and_big(sizes=(3, 5, 4), seed=1):
     gen = torch.Generator().manual_seed(seed)
     parts = [random_batch(n, gen) for n in sizes]
-    micro = [Batch(s, t, PAD) for s, t in parts]
-    big = Batch(torch.cat([s for s, _ in parts]), torch.cat([t for _, t in parts]), PAD)
+    micro = [CheckedBatch(s, t, PAD) for s, t in parts]
+    big = CheckedBatch(torch.cat([s for s, _ in parts]), torch.cat([t for _, t in parts]), PAD)
     assert len({b.n_tokens for b in micro}) > 1  # unequal counts: the normalisation matters
     return micro, big
 
 
 def test_the_fused_causal_path_gives_the_masked_gradients():
-    # Targets padded at their ends: train_step uses tgt_is_causal, which must update like the full mask.
+    # Targets padded at their ends: train_step_at_scale uses tgt_is_causal, which must update like the full mask.
     src, tgt = random_batch(6, torch.Generator().manual_seed(3))
-    batch = Batch(src, tgt, PAD)
+    batch = CheckedBatch(src, tgt, PAD)
     assert (
         batch.causal_only and (batch.tgt_in == PAD).any()
     )  # padding that the look-ahead mask hides
@@ -404,8 +409,8 @@ def test_the_fused_causal_path_gives_the_masked_gradients():
     for causal_only in (True, False):
         model = tiny_model(seed=1)
         batch.causal_only = causal_only  # False: the (B, 1, T, T) padding-and-look-ahead mask
-        loss = train_step(
-            model, LabelSmoothingLoss(V, PAD), torch.optim.SGD(model.parameters(), lr=0), batch
+        loss = train_step_at_scale(
+            model, FastLabelSmoothingLoss(V, PAD), torch.optim.SGD(model.parameters(), lr=0), batch
         )
         grads.append((loss, {n: p.grad for n, p in model.named_parameters()}))
     (loss_fused, fused), (loss_masked, masked) = grads
@@ -413,8 +418,8 @@ def test_the_fused_causal_path_gives_the_masked_gradients():
     for name, g in fused.items():
         torch.testing.assert_close(g, masked[name], rtol=1e-4, atol=1e-6)
     gap = torch.tensor([[5, 6, 7, 8]])  # a pad between real tokens: only the full mask is right
-    assert not Batch(gap, torch.tensor([[BOS, PAD, 5, 6]]), PAD).causal_only
-    by_hand = Batch(src, tgt, PAD)
+    assert not CheckedBatch(gap, torch.tensor([[BOS, PAD, 5, 6]]), PAD).causal_only
+    by_hand = CheckedBatch(src, tgt, PAD)
     by_hand.tgt_mask = by_hand.tgt_mask[:, :, -1:]  # a mask set by hand (padding only) is obeyed
     assert not by_hand.causal_only
 
@@ -429,8 +434,8 @@ def test_accumulation_equals_one_big_batch(optimizer_name):
             optimizer, scheduler = torch.optim.SGD(model.parameters(), lr=0.5), None
         else:
             optimizer = make_optimizer(model)
-            scheduler = noam_scheduler(optimizer, d_model=16, warmup=4)
-        trainer = Trainer(model, LabelSmoothingLoss(V, PAD), optimizer, scheduler, accum)
+            scheduler = make_scheduler(optimizer, d_model=16, warmup=4)
+        trainer = Trainer(model, FastLabelSmoothingLoss(V, PAD), optimizer, scheduler, accum)
         log = trainer.fit(batches, progress=False)
         assert trainer.step == 1 and len(log) == 1
         if scheduler is not None:
@@ -452,9 +457,9 @@ def test_trainer_groups_logs_and_calls_back():
     micro, _ = micro_and_big(sizes=(2, 2, 2, 2, 2))
     model = tiny_model()
     optimizer = make_optimizer(model)
-    scheduler = noam_scheduler(optimizer, d_model=16, warmup=4)
+    scheduler = make_scheduler(optimizer, d_model=16, warmup=4)
     seen, rates = [], []
-    trainer = Trainer(model, LabelSmoothingLoss(V, PAD), optimizer, scheduler, accum_steps=2)
+    trainer = Trainer(model, FastLabelSmoothingLoss(V, PAD), optimizer, scheduler, accum_steps=2)
     assert trainer.lr is None  # no update yet
 
     def callback(step, loss):
@@ -475,7 +480,7 @@ def test_trainer_stops_at_its_budget_of_steps_minutes_or_stop():
     def fresh_trainer():
         model = tiny_model()
         return Trainer(
-            model, LabelSmoothingLoss(V, PAD), torch.optim.SGD(model.parameters(), lr=0.1)
+            model, FastLabelSmoothingLoss(V, PAD), torch.optim.SGD(model.parameters(), lr=0.1)
         )
 
     trainer = fresh_trainer()
@@ -510,10 +515,10 @@ def test_snapshots_keep_the_last_and_average_them():
     with pytest.raises(ValueError, match="keep must be a positive int, got 0"):
         Snapshots(keep=0)
     with pytest.raises(ValueError, match="at least one state dict"):
-        average_weights([])
+        average_state_dicts([])
     other = make_model(V, V, n_layers=2, d_model=16, d_ff=32, n_heads=2).state_dict()
     with pytest.raises(ValueError, match="state 1 has other keys"):
-        average_weights([models[0].state_dict(), other])
+        average_state_dicts([models[0].state_dict(), other])
 
 
 def test_one_set_of_special_ids_and_one_strip():
@@ -530,23 +535,23 @@ def test_gradient_clipping_bounds_the_update():
     model = tiny_model()
     before = flat_params(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    train_step(model, LabelSmoothingLoss(V, PAD), optimizer, [big], clip_norm=1e-3)
+    train_step_at_scale(model, FastLabelSmoothingLoss(V, PAD), optimizer, [big], clip_norm=1e-3)
     assert (flat_params(model) - before).norm() <= 1e-3 * (1 + 1e-4)
     before = flat_params(model)  # the clipping hook lasts one call: the next update is not clipped
-    train_step(model, LabelSmoothingLoss(V, PAD), optimizer, [big])
+    train_step_at_scale(model, FastLabelSmoothingLoss(V, PAD), optimizer, [big])
     assert (flat_params(model) - before).norm() > 1e-2
 
 
 def test_train_step_and_trainer_bad_input():
     model = tiny_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    only_pad = Batch(torch.ones(2, 3, dtype=torch.long), torch.tensor([[1, 0], [1, 0]]), PAD)
+    only_pad = CheckedBatch(torch.ones(2, 3, dtype=torch.long), torch.tensor([[1, 0], [1, 0]]), PAD)
     with pytest.raises(ValueError, match="at least one real target token"):
-        train_step(model, LabelSmoothingLoss(V, PAD), optimizer, only_pad)
+        train_step_at_scale(model, FastLabelSmoothingLoss(V, PAD), optimizer, only_pad)
     with pytest.raises(ValueError, match="accum_steps"):
-        Trainer(model, LabelSmoothingLoss(V, PAD), optimizer, accum_steps=0)
+        Trainer(model, FastLabelSmoothingLoss(V, PAD), optimizer, accum_steps=0)
     with pytest.raises(ValueError, match="clip_norm"):
-        Trainer(model, LabelSmoothingLoss(V, PAD), optimizer, clip_norm=-1.0)
+        Trainer(model, FastLabelSmoothingLoss(V, PAD), optimizer, clip_norm=-1.0)
 
 
 # ---- Checkpoints ------------------------------------------------------------------------------------
@@ -554,15 +559,15 @@ def test_train_step_and_trainer_bad_input():
 
 def training_run(model, n_updates, data, step=0, optimizer=None, scheduler=None):
     optimizer = optimizer or make_optimizer(model)
-    scheduler = scheduler or noam_scheduler(optimizer, d_model=16, warmup=3)
-    trainer = Trainer(model, LabelSmoothingLoss(V, PAD), optimizer, scheduler, 2, step=step)
+    scheduler = scheduler or make_scheduler(optimizer, d_model=16, warmup=3)
+    trainer = Trainer(model, FastLabelSmoothingLoss(V, PAD), optimizer, scheduler, 2, step=step)
     trainer.fit(data[2 * step : 2 * (step + n_updates)], progress=False)
     return trainer
 
 
 def resume_data():
     gen = torch.Generator().manual_seed(5)
-    return [Batch(*random_batch(4, gen), PAD) for _ in range(12)]
+    return [CheckedBatch(*random_batch(4, gen), PAD) for _ in range(12)]
 
 
 @pytest.mark.parametrize("fresh_model", [True, False])
@@ -576,12 +581,12 @@ def test_resuming_continues_exactly(tmp_path, fresh_model):
     if fresh_model:  # rebuild everything from the file
         ckpt = load_checkpoint(tmp_path / "ck.pt")
         optimizer = make_optimizer(ckpt.model)
-        scheduler = noam_scheduler(optimizer, d_model=16, warmup=3)
+        scheduler = make_scheduler(optimizer, d_model=16, warmup=3)
         ckpt.restore(optimizer, scheduler)
     else:  # fill objects built by the caller
         model = make_model(V, V, **TINY, dropout=0.1)
         optimizer = make_optimizer(model)
-        scheduler = noam_scheduler(optimizer, d_model=16, warmup=3)
+        scheduler = make_scheduler(optimizer, d_model=16, warmup=3)
         ckpt = load_checkpoint(tmp_path / "ck.pt", model, optimizer, scheduler)
     resumed = training_run(ckpt.model, 3, data, ckpt.step, optimizer, scheduler)
 
@@ -674,7 +679,57 @@ def test_entropy_is_finite_for_a_tiny_smoothing():
     """Regression (found by hypothesis): eps / (V - 2) underflowed to 0 and log(0) raised."""
     import math
 
-    from annotated.training import LabelSmoothingLoss
+    from annotated.training import FastLabelSmoothingLoss
 
-    loss = LabelSmoothingLoss(4, 0, smoothing=5e-324)
+    loss = FastLabelSmoothingLoss(4, 0, smoothing=5e-324)
     assert math.isfinite(loss.entropy) and loss.entropy >= 0
+
+
+# ---- chapter 12's pieces and appendix 33's, which call them ------------------------------------
+
+
+def test_appendix_33_builds_on_chapter_12_under_names_of_its_own():
+    """Chapter 12's names are chapter 12's code; appendix 33's subclass them or call them, bit for bit."""
+    from annotated.training.loop import fused_logits_of
+    from annotated.training.step import logits_of
+
+    assert issubclass(CheckedBatch, Batch) and issubclass(
+        FastLabelSmoothingLoss, LabelSmoothingLoss
+    )
+    assert not hasattr(Batch, "to") and "forward" in vars(LabelSmoothingLoss)
+    for f in (train_step, noam_scheduler, average_weights, logits_of):
+        assert f.__module__.split(".")[-1] in ("step", "schedule", "averaging"), f
+        assert not hasattr(f, "__wrapped__")
+    gen = torch.Generator().manual_seed(4)
+    src, tgt = random_batch(3, gen)
+    tgt[0, 2] = PAD  # a pad inside a row: the masked path, which chapter 12's step takes
+    plain, checked = Batch(src, tgt, PAD), CheckedBatch(src, tgt, PAD)
+    assert not checked.causal_only
+    for name in ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask"):
+        assert torch.equal(getattr(plain, name), getattr(checked, name))
+    logits = torch.randn(3, tgt.size(1) - 1, V, dtype=torch.float64, generator=gen)
+    torch.testing.assert_close(  # the explicit form and the three terms
+        LabelSmoothingLoss(V, PAD)(logits, plain.tgt_out),
+        FastLabelSmoothingLoss(V, PAD)(logits, plain.tgt_out),
+    )
+    runs = []
+    for step, batch in ((train_step, plain), (train_step_at_scale, checked)):
+        model = tiny_model()
+        optimizer = make_optimizer(model)
+        scheduler = (
+            noam_scheduler(optimizer, 16, 4)
+            if step is train_step
+            else make_scheduler(optimizer, 16, 4)
+        )
+        loss = step(model, FastLabelSmoothingLoss(V, PAD), optimizer, [batch], scheduler)
+        runs.append(
+            (loss, [p.detach().clone() for p in model.parameters()], scheduler.get_last_lr())
+        )
+    assert runs[0][0] == runs[1][0] and runs[0][2] == runs[1][2]
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1], strict=True))
+    assert fused_logits_of.__module__ == "annotated.training.loop"
+    states = [{"w": torch.randn(2, 3, generator=gen)} for _ in range(3)]
+    assert torch.equal(average_weights(states)["w"], average_state_dicts(states)["w"])
+    with pytest.raises(ValueError, match="at least one state dict"):
+        average_state_dicts([])  # the checks are appendix 33's
+    assert schedule_rates(6, 16, 4) == [noam_lr(s, 16, 4) for s in range(1, 7)]

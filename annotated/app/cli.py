@@ -31,7 +31,8 @@ from .tasks import TASKS, run_config, with_task_defaults
 from ..check.command import add_check_command
 from ..data.multi30k import MULTI30K_SIZES, check_direction, load_multi30k
 from ..data.tokenizer import decode
-from ..decoding.evaluation import bleu_report, translate_ids
+from ..decoding.evaluation import translate_ids
+from ..decoding.report import bleu_report
 from ..training.checkpoint import Checkpoint, load_checkpoint
 from ..runs.folder_lock import run_lock
 from ..runs.interrupts import Signals

@@ -15,7 +15,7 @@ import torch
 from ..data.copy_sequences import PAD as COPY_PAD, copy_batches
 from ..decoding.copy_decoding import COPY_MODEL, exact_match
 from ..model.transformer import Transformer, TransformerConfig
-from ..training.batch import Batch
+from ..training.long_runs import CheckedBatch
 from ..training.model_file import save_model
 from .config import positive
 from .memory import activation_bytes, check_memory, check_positions
@@ -76,14 +76,14 @@ class CopyTask(Task):
     def model(self) -> Transformer:
         return Transformer(self.model_config(self.opt.copy_vocab))
 
-    def batches(self, step: int, progress: dict) -> Iterator[Batch]:
+    def batches(self, step: int, progress: dict) -> Iterator[CheckedBatch]:
         opt, rt = self.opt, self.rt
         stream = copy_batches(None, opt.batch_size, opt.seq_len, opt.copy_vocab, self.cfg.run.seed, opt.min_len,
                               exclude=self.held[0])
         for _ in range(step):  # the same stream: skip the batches a resumed run trained on
             next(stream)
         for src, tgt in stream:
-            yield Batch(src.chunk(rt.world_size)[rt.rank], tgt.chunk(rt.world_size)[rt.rank], COPY_PAD)
+            yield CheckedBatch(src.chunk(rt.world_size)[rt.rank], tgt.chunk(rt.world_size)[rt.rank], COPY_PAD)
 
     def evaluate(self, model, snapshots, step, seconds) -> tuple:
         now = round(exact_match(model, *self.held), 4)

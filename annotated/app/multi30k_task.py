@@ -14,13 +14,15 @@ from collections.abc import Iterator
 import torch
 
 from ..files import sha256_of
-from ..data.batching import shard_batches, token_batches
+from ..data.batching import token_batches
 from ..data.multi30k import DIRECTIONS, MULTI30K_SIZES, load_multi30k
+from ..data.sharding import shard_batches
 from ..data.tokenizer import PAD_ID, encode_pairs, train_tokenizer
 from ..data.tokenizer_file import load_tokenizer, save_tokenizer
-from ..decoding.evaluation import bleu_report, evaluate_loss
+from ..decoding.evaluation import evaluate_loss
+from ..decoding.report import bleu_report
 from ..model.transformer import Transformer
-from ..training.batch import Batch
+from ..training.long_runs import CheckedBatch
 from ..training.model_file import save_model
 from .config import number, positive
 from .memory import activation_bytes, check_memory, check_positions
@@ -112,7 +114,7 @@ class Multi30kTraining(Task):
     def describe(self) -> str:
         return f"vocabulary {self.tok.get_vocab_size()}"
 
-    def batches(self, step: int, progress: dict) -> Iterator[Batch]:
+    def batches(self, step: int, progress: dict) -> Iterator[CheckedBatch]:
         self.epoch, self.position = progress.get("epoch", 0), progress.get("position", 0)
         while True:
             seed, rank, world_size = self.cfg.run.seed + self.epoch, self.rt.rank, self.rt.world_size
@@ -123,7 +125,7 @@ class Multi30kTraining(Task):
             for i, (src, tgt) in enumerate(shard):
                 if i >= self.position:  # a resumed run skips what it trained on in this epoch
                     self.position = i + 1
-                    yield Batch(src, tgt, PAD_ID)
+                    yield CheckedBatch(src, tgt, PAD_ID)
             self.epoch, self.position = self.epoch + 1, 0
 
     def progress(self) -> dict:

@@ -20,10 +20,9 @@ from ..runs.interrupts import Signals
 from ..runs.processes import Runtime, replica_max_diff
 from ..runs.folder import RunFolder, check_budget, resume_into, write_manifest
 from ..runs.records import Stop, hardware, run_record, should_stop, write_results
-from ..training.averaging import Snapshots
+from ..training.long_runs import FastLabelSmoothingLoss, Snapshots, make_scheduler
 from ..training.loop import Trainer
-from ..training.loss import LabelSmoothingLoss
-from ..training.schedule import make_optimizer, noam_scheduler
+from ..training.schedule import make_optimizer
 from .config import RunConfig
 from .task import Task
 from .tasks import TASKS
@@ -55,9 +54,9 @@ def train(cfg: RunConfig, rt: Runtime, run: str, argv: list[str], signals=None,
 def _setup(task: Task, opt, rt: Runtime, resumed: Checkpoint | None) -> tuple:
     """The model, Adam and the schedule of §5.3, the loss of §5.4, and the Trainer that runs them."""
     model = task.model().to(rt.device)
-    loss_fn = LabelSmoothingLoss(model.cfg.tgt_vocab, task.pad_id, smoothing=opt.label_smoothing)
+    loss_fn = FastLabelSmoothingLoss(model.cfg.tgt_vocab, task.pad_id, smoothing=opt.label_smoothing)
     optimizer = make_optimizer(model)
-    scheduler = noam_scheduler(optimizer, model.cfg.d_model, opt.warmup, opt.lr_factor, opt.no_warmup,
+    scheduler = make_scheduler(optimizer, model.cfg.d_model, opt.warmup, opt.lr_factor, opt.no_warmup,
                                opt.decay_to)
     resume_into(resumed, model, optimizer, scheduler, opt.out)
     net = DistributedDataParallel(model) if rt.world_size > 1 else model

@@ -15,9 +15,9 @@ from ..data.tokenizer import PAD_ID
 from ..model.transformer import Transformer, TransformerConfig
 from ..runs.folder import RunFolder
 from ..runs.processes import Runtime
-from ..training.averaging import Snapshots
 from ..training.batch import Batch
 from ..training.checkpoint import Checkpoint
+from ..training.long_runs import Snapshots
 from .config import RunConfig
 
 
