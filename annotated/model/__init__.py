@@ -1,8 +1,7 @@
 """The model (§3): attention, masks, heads, positions, embeddings, norms, the encoder, the decoder and the Transformer.
 
 Chapters 02-11 teach them and export each layer as they write it; chapter 14 adds the decoding cache,
-and appendix 35 the fused attention kernel, the faster dropout and the full model with its checks at the
-edge.
+and appendix 28 the checks at the full model's edge.
 
 Each module is generated from a notebook (its header names which); this file, written by hand,
 re-exports their public names.
@@ -12,8 +11,8 @@ from annotated.model.scaled_dot_product import attention
 from annotated.model.masks import padding_mask, causal_mask
 from annotated.model.cache import KVCache, DecoderCache
 from annotated.model.multi_head import MultiHeadAttention, split_weights
-from annotated.model.dropout import Dropout
 from annotated.model.positional import (
+    Dropout,
     angular_frequencies,
     sinusoidal_encoding,
     relative_shift_matrix,
