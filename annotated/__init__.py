@@ -14,12 +14,12 @@ import importlib
 from pathlib import Path
 
 __all__ = [
-    # attention (chapters 02-04; the layer the model runs: appendix 35)
+    # attention (chapters 02-04)
     "attention",
     "padding_mask",
     "causal_mask",
     "MultiHeadAttention",
-    # the rest of the model (chapters 05-11; the layers the model runs: appendices 28 and 35)
+    # the rest of the model (chapters 05-11; the checks at its edge: appendix 28)
     "sinusoidal_encoding",
     "angular_frequencies",
     "relative_shift_matrix",

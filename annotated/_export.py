@@ -1,4 +1,4 @@
-"""nbdev export processor: a module filled by cells exported to it from elsewhere starts afresh each run.
+"""nbdev export processor: a module a notebook fills with `#| export NAME` cells starts afresh each run.
 
 nbdev writes the module of a notebook's `#| default_exp` afresh, but *appends* a cell exported to another
 module (`#| export model.cache`) to that module's file as it stands, so a module filled only by such cells
@@ -6,8 +6,9 @@ would grow with every export. `pyproject.toml` names this processor in `[tool.nb
 plain `nbdev-export` runs it: before nbdev appends the first such cells of an export run, it writes the
 module's file anew, as nbdev writes a new module, opened by the docstring that a `#| module_doc TEXT`
 directive in one of its cells gives (what the module holds), else by the first line of the docstring of
-the first class or function exported to it. Later cells of the run (from the same or a later notebook) are appended,
-also to a module that an earlier notebook of the run names as its `#| default_exp`.
+the first class or function exported to it. The notebook's later cells for that module are appended.
+Each module comes from one notebook (tests/test_one_definition.py); this processor only keeps a
+notebook's second and later modules from growing.
 """
 
 import ast

@@ -1,4 +1,4 @@
-"""The package's Dropout (appendix 35): it keeps 1 - p of the entries in every floating-point dtype, and
+"""The package's Dropout (chapter 05): it keeps 1 - p of the entries in every floating-point dtype, and
 in float32 it draws the masks it always drew."""
 
 import math

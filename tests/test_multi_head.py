@@ -244,6 +244,8 @@ def test_d_model_must_be_divisible_by_n_heads(d_model, n_heads):
 # ---- Inputs refused by name (the layer is public: the README calls it) ---------------------------
 
 
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("training", [False, True])
 @pytest.mark.parametrize("need_weights", [False, True])
 @pytest.mark.parametrize(
@@ -272,12 +274,25 @@ def test_d_model_must_be_divisible_by_n_heads(d_model, n_heads):
     ],
 )
 def test_a_mask_that_is_not_bool_or_does_not_fit_is_refused(
-    mask, error, match, need_weights, training
+    mask, error, match, need_weights, training, fused, is_causal
 ):
-    mha = MultiHeadAttention(32, 4).train(training)
+    """On every path: the kernel or attention, with or without the weights and is_causal, in either mode."""
+    mha = MultiHeadAttention(32, 4, fused=fused).train(training)
     x = torch.randn(2, 5, 32)
     with pytest.raises(error, match=match):
-        mha(x, x, x, mask=mask, need_weights=need_weights)
+        mha(x, x, x, mask=mask, need_weights=need_weights, is_causal=is_causal)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_a_mask_beside_is_causal_is_refused(need_weights, fused):
+    """is_causal=True stands for the causal mask: a mask tensor as well is refused on both paths alike."""
+    mha = MultiHeadAttention(32, 4, fused=fused).eval()
+    x = torch.randn(2, 5, 32)
+    with pytest.raises(
+        ValueError, match=r"^is_causal=True stands for the causal mask, so mask must be None$"
+    ):
+        mha(x, x, x, mask=causal_mask(5), need_weights=need_weights, is_causal=True)
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
@@ -302,3 +317,28 @@ def test_a_bool_mask_reaches_the_kernel_unchanged():
     q, k, v = (mha.split_heads(w(x)) for w in (mha.W_q, mha.W_k, mha.W_v))  # (B, H, T, Dk) each
     kernel = torch.nn.functional.scaled_dot_product_attention(q, k, v, mask)  # (B, H, T, Dv)
     assert torch.equal(mha(x, x, x, mask=mask), mha.W_o(mha.merge_heads(kernel)))
+
+
+def test_fused_false_attends_with_chapter_02s_attention():
+    """fused=False: the output is attention's (chapter 02), bit for bit, and it equals the kernel's."""
+    mha = MultiHeadAttention(32, 4, dropout=0.0, fused=False).eval()
+    x, mask = (
+        torch.randn(2, 5, 32),
+        padding_mask(torch.tensor([[4, 8, 3, 9, 2], [7, 5, 1, 0, 0]]), 0) & causal_mask(5),
+    )
+    q, k, v = (mha.split_heads(w(x)) for w in (mha.W_q, mha.W_k, mha.W_v))  # (B, H, T, Dk) each
+    heads, _ = attention(q, k, v, mask)  # (B, H, T, Dv)
+    assert torch.equal(mha(x, x, x, mask=mask), mha.W_o(mha.merge_heads(heads)))
+    mha.fused = True
+    torch.testing.assert_close(mha(x, x, x, mask=mask), mha.W_o(mha.merge_heads(heads)))
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_a_query_holding_nan_gives_nan_in_its_row_only(need_weights):
+    """The kernel returns 0 for a NaN query row where Eq. 1 gives NaN: the layer keeps the NaN."""
+    mha = MultiHeadAttention(32, 4, dropout=0.0).eval()
+    x = torch.randn(2, 5, 32)
+    broken = x.clone()
+    broken[1, 2, 0] = float("nan")
+    out = run_ours(mha, broken, x, x, need_weights)
+    assert out[1, 2].isnan().all() and int(out.isnan().sum()) == out[1, 2].numel()

@@ -10,6 +10,7 @@ not the package's code and are not counted.
 
 import ast
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -81,6 +82,11 @@ def test_the_model_is_what_the_chapters_write():
     homes = definitions()
     for name, chapter in [
         ("MultiHeadAttention", "04_multi_head_attention.ipynb"),
+        ("split_weights", "04_multi_head_attention.ipynb"),
+        (
+            "Dropout",
+            "05_positional_encoding.ipynb",
+        ),  # §5.4's first dropout: on the positional encoding's sum
         ("PositionalEncoding", "05_positional_encoding.ipynb"),
         ("Embeddings", "06_embeddings.ipynb"),
         ("LayerNorm", "07_add_and_norm.ipynb"),
@@ -98,3 +104,17 @@ def test_the_model_is_what_the_chapters_write():
             getattr(model, name).__module__.split(".")[-1] + ".py"
         )
         assert f"File to edit: ../../notebooks/{chapter}" in source.read_text(), name
+        cells = set(re.findall(r"^# %% \.\./\.\./notebooks/(\S+)", source.read_text(), flags=re.M))
+        assert cells == {chapter}, (
+            f"{source.name} is written by {sorted(cells)}, not by {chapter} alone"
+        )
+
+
+def test_the_attention_that_runs_is_the_one_chapter_04_writes():
+    """No later notebook gives MultiHeadAttention another attend: the method is the class's own."""
+    attend = model.MultiHeadAttention.attend
+    assert attend is model.MultiHeadAttention.__dict__["attend"]
+    assert (attend.__module__, attend.__qualname__) == (
+        "annotated.model.multi_head",
+        "MultiHeadAttention.attend",
+    )

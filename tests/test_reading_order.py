@@ -14,17 +14,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "annotated"
 MARKER = re.compile(r"^# %% (?:\.\./)+notebooks/(\d+b?)_", re.M)
 LAST_CHAPTER = 20.5  # 20, and 17b before it
 
-# Forward imports that issue 50 has still to remove (item 3: the package's `Dropout` and `split_weights`
-# move out of appendix 35 into the chapters that use them). Each entry: (importing module, its notebook,
-# imported module, name). Remove an entry when its import is gone; the last test fails until it is.
-KNOWN = {
-    ("annotated.model.decoder", "10", "annotated.model.multi_head", "split_weights"),
-    ("annotated.model.encoder", "09", "annotated.model.multi_head", "split_weights"),
-    ("annotated.model.feed_forward", "08", "annotated.model.dropout", "Dropout"),
-    ("annotated.model.norm", "07", "annotated.model.dropout", "Dropout"),
-    ("annotated.model.positional", "05", "annotated.model.dropout", "Dropout"),
-}
-
 
 def order(notebook: str) -> float:
     """'17b' -> 17.5: the reading order of a notebook number."""
@@ -117,9 +106,7 @@ def package_sources() -> tuple[dict[str, str], frozenset[str]]:
 
 def test_a_chapter_imports_only_what_earlier_notebooks_export():
     found = forward_imports(*package_sources())
-    assert found - KNOWN == set(), (
-        f"chapter code importing from a later notebook: {sorted(found - KNOWN)}"
-    )
+    assert found == set(), f"chapter code importing from a later notebook: {sorted(found)}"
 
 
 def test_the_scan_sees_a_forward_import_and_allows_an_appendix_one():
@@ -136,9 +123,3 @@ def test_the_scan_sees_a_forward_import_and_allows_an_appendix_one():
         ("annotated.model.early", "03", "annotated.model.late", "helper"),
         ("annotated.model.early", "03", "annotated.model.late", ""),
     }
-
-
-def test_every_known_forward_import_still_exists():
-    """An entry of KNOWN whose import is gone must leave the list, so that it cannot come back unseen."""
-    gone = KNOWN - forward_imports(*package_sources())
-    assert gone == set(), f"fixed: remove these from KNOWN in {Path(__file__).name}: {sorted(gone)}"

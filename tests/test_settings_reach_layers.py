@@ -253,12 +253,14 @@ def test_sublayer_connection_passes_dropout_and_placement(norm_first):
     assert not torch.allclose(expected, F.layer_norm(x + sub(x), (8,)))  # eps shows here
 
 
-@pytest.mark.parametrize(("bias", "scale", "d_k"), [(True, True, None), (False, False, 3)])
-def test_multi_head_attention_arguments(bias, scale, d_k):
+@pytest.mark.parametrize(
+    ("bias", "scale", "d_k", "fused"), [(True, True, None, True), (False, False, 3, False)]
+)
+def test_multi_head_attention_arguments(bias, scale, d_k, fused):
     torch.manual_seed(0)
-    mha = MultiHeadAttention(8, 2, dropout=0.3, bias=bias, scale=scale, d_k=d_k).eval()
+    mha = MultiHeadAttention(8, 2, dropout=0.3, bias=bias, scale=scale, d_k=d_k, fused=fused).eval()
     dk = d_k or 4
-    assert (mha.n_heads, mha.d_k, mha.dropout.p, mha.scale) == (2, dk, 0.3, scale)
+    assert (mha.n_heads, mha.d_k, mha.dropout.p, mha.scale, mha.fused) == (2, dk, 0.3, scale, fused)
     for W in (mha.W_q, mha.W_k, mha.W_v, mha.W_o):
         assert (W.bias is not None) == bias
     assert mha.W_q.out_features == mha.W_k.out_features == 2 * dk
@@ -268,6 +270,8 @@ def test_multi_head_attention_arguments(bias, scale, d_k):
     k = mha.W_k(x).view(2, 3, 2, dk).transpose(1, 2)
     scores = q @ k.transpose(-2, -1) / (math.sqrt(dk) if scale else 1.0)
     torch.testing.assert_close(weights, scores.softmax(-1))
+    # fused=False: the output is Eq. 1 by chapter 02's formula even without the weights, bit for bit
+    assert torch.equal(mha(x, x, x), mha(x, x, x, need_weights=True)[0]) == (not fused)
 
 
 def test_feed_forward_arguments():
@@ -319,7 +323,7 @@ def test_embeddings_arguments():
 PIECE_ARGS = {  # every constructor argument, and the test that checks it
     LayerNorm: {"d_model", "eps"},
     SublayerConnection: {"d_model", "dropout", "norm_first"},
-    MultiHeadAttention: {"d_model", "n_heads", "dropout", "bias", "scale", "d_k"},
+    MultiHeadAttention: {"d_model", "n_heads", "dropout", "bias", "scale", "d_k", "fused"},
     PositionwiseFeedForward: {"d_model", "d_ff", "dropout"},
     EncoderLayer: {"d_model", "n_heads", "d_ff", "dropout", "norm_first", "scale_attention", "d_k"},
     DecoderLayer: {"d_model", "n_heads", "d_ff", "dropout", "norm_first", "scale_attention", "d_k"},

@@ -1,8 +1,7 @@
 """The model (§3): attention, masks, heads, positions, embeddings, norms, the encoder, the decoder and the Transformer.
 
 Chapters 02-11 teach them and export each layer as they write it; chapter 14 adds the decoding cache,
-and appendix 35 the fused attention kernel, the faster dropout and the full model with its checks at the
-edge.
+and appendix 28 the checks at the full model's edge.
 
 Each module is generated from a notebook (its header names which); this file re-exports every name in
 the modules' `__all__` (tools/public_api.py writes it).
@@ -16,6 +15,7 @@ from annotated.model.positional import (
     angular_frequencies,
     sinusoidal_encoding,
     relative_shift_matrix,
+    Dropout,
     PositionalEncoding,
 )
 from annotated.model.embeddings import Embeddings
@@ -26,7 +26,6 @@ from annotated.model.decoder import DecoderLayer, Decoder
 from annotated.model.config import TransformerConfig
 from annotated.model.transformer import Transformer, AttentionWeights, make_model
 from annotated.model.cache import KVCache, DecoderCache
-from annotated.model.dropout import Dropout
 
 __all__ = [
     "attention",
@@ -37,6 +36,7 @@ __all__ = [
     "angular_frequencies",
     "sinusoidal_encoding",
     "relative_shift_matrix",
+    "Dropout",
     "PositionalEncoding",
     "Embeddings",
     "LayerNorm",
@@ -52,5 +52,4 @@ __all__ = [
     "make_model",
     "KVCache",
     "DecoderCache",
-    "Dropout",
 ]

@@ -10,7 +10,7 @@ __all__ = ['PositionwiseFeedForward']
 import torch
 from torch import Tensor, nn
 
-from .dropout import Dropout  # nn.Dropout with a faster draw on a CPU (appendix 35)
+from .positional import Dropout  # nn.Dropout with a faster draw on a CPU (chapter 05)
 
 
 # %% ../../notebooks/08_feed_forward.ipynb #c005

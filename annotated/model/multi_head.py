@@ -8,6 +8,7 @@ __all__ = ['MultiHeadAttention', 'split_weights']
 # %% ../../notebooks/04_multi_head_attention.ipynb #ed97fdde
 # Shapes: B batch, T queries, S keys and values, D d_model, H heads, Dk and Dv the width of one head.
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .scaled_dot_product import attention, check_mask
@@ -27,6 +28,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,  # False: projections without biases (an ablation)
         scale: bool = True,  # False: scores not divided by sqrt(d_k) (an ablation)
         d_k: int | None = None,  # Table 3 (B) narrows the queries and keys; d_v stays D / h
+        fused: bool = True,  # False: chapter 02's attention even when the weights are not asked for
     ):
         super().__init__()
         positive_int(d_model, "d_model")
@@ -43,7 +45,7 @@ class MultiHeadAttention(nn.Module):
         self.W_v = nn.Linear(d_model, d_model, bias=bias)
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
-        self.scale = scale
+        self.scale, self.fused = scale, fused
 
     def forward(self, query, key, value, mask=None, cache=None, need_weights=False, is_causal=False):
         """query (B, T, D), key and value (B, S, D); mask: bool, True = may attend."""
@@ -60,11 +62,19 @@ class MultiHeadAttention(nn.Module):
             return cache.keys_values(self, key, value)
         return self.split_heads(self.W_k(key)), self.split_heads(self.W_v(value))
 
-    def attend(self, q, k, v, mask, need_weights=False, is_causal=False) -> tuple[Tensor, Tensor]:
-        """Eq. 1 in every head at once: the outputs (B, H, T, Dv) and the weights (B, H, T, S)."""
+    def attend(self, q, k, v, mask, need_weights=False, is_causal=False) -> tuple[Tensor, Tensor | None]:
+        """Eq. 1 in every head at once: the outputs (B, H, T, Dv), and the weights (B, H, T, S) or None."""
+        if mask is not None:  # bool, and fitting the scores (B, H, T, S): the aside below
+            check_heads_mask(mask, q.shape[:-1] + k.shape[-2:-1], is_causal)
+        if self.fused and not need_weights:  # PyTorch's kernel: Eq. 1 without the weights (Check 3)
+            p = self.dropout.p if self.training else 0.0
+            scale = None if self.scale else 1.0  # None: the kernel's own 1 / sqrt(d_k)
+            x = F.scaled_dot_product_attention(q, k, v, mask, p, is_causal, scale=scale)  # (B, H, T, Dv)
+            return x + 0 * q.detach().amax(-1, keepdim=True), None  # a NaN query stays NaN (appendix 35)
         if is_causal:  # the causal mask (chapter 03), for self-attention: T == S
             mask = causal_mask(q.size(2), q.device)
-        return attention(q, k, v, mask, self.dropout, self.scale)
+        x, weights = attention(q, k, v, mask, self.dropout, self.scale)  # (B, H, T, Dv), (B, H, T, S)
+        return x, weights.detach()  # the weights are returned to be looked at, not trained through
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B, L, H * Dk) -> (B, H, L, Dk): each head gets its slice of every position."""
@@ -86,28 +96,14 @@ def check_widths(d_model: int, **inputs: Tensor) -> None:
         if x.dim() != 3 or x.size(-1) != d_model:
             raise ValueError(f"{name} must have shape (B, L, d_model={d_model}), got {tuple(x.shape)}")
 
-# %% ../../notebooks/35_implementation_details.ipynb #6e497621
-def attend_fused(self: MultiHeadAttention, q, k, v, mask, need_weights=False, is_causal=False):
-    """Eq. 1 in every head through PyTorch's kernel; chapter 04's formula when the weights are asked for."""
-    if need_weights:
-        if is_causal:  # the explicit formula needs the mask that the kernel builds itself
-            mask = causal_mask(q.size(2), q.device)  # (1, 1, T, T); T == S here
-        x, weights = attention(q, k, v, mask, self.dropout, self.scale)  # (B, H, T, Dv), (B, H, T, S)
-        return x, weights.detach()
-    if mask is not None:  # the kernel would add a float mask to the scores: refused, as attention does
-        check_mask(mask, q.shape[:-1] + k.shape[-2:-1])  # the scores' (B, H, T, S)
-    p = self.dropout.p if self.training else 0.0
-    scale = None if self.scale else 1.0  # None: the kernel's default 1/sqrt(d_k)
-    x = torch.nn.functional.scaled_dot_product_attention(q, k, v, mask, p, is_causal, scale=scale)  # (B, H, T, Dv)
-    # The fused kernel returns 0 for a query row holding NaN, where Eq. 1 gives NaN. Adding 0 * the
-    # row's max puts the NaN back and adds 0 to every finite row.
-    return x + 0 * q.detach().amax(-1, keepdim=True), None
 
+def check_heads_mask(mask: Tensor, scores_shape: torch.Size, is_causal: bool) -> None:
+    """Raise a clear error unless the mask is bool and broadcastable to the scores, and is_causal is False."""
+    check_mask(mask, scores_shape)  # chapter 02's check: a float mask is refused, not added to the scores
+    if is_causal:
+        raise ValueError("is_causal=True stands for the causal mask, so mask must be None")
 
-MultiHeadAttention.attend = attend_fused  # every MultiHeadAttention attends through the kernel
-
-
-# %% ../../notebooks/35_implementation_details.ipynb #e2cb7228
+# %% ../../notebooks/04_multi_head_attention.ipynb #c016e
 def split_weights(out: Tensor | tuple[Tensor, ...], kept: list[Tensor]) -> Tensor:
     """Return a layer's output; if it came with attention weights (need_weights=True), add them to `kept`."""
     if isinstance(out, tuple):

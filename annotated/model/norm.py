@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from .dropout import Dropout  # nn.Dropout with a faster draw on a CPU (appendix 35)
+from .positional import Dropout  # nn.Dropout with a faster draw on a CPU (chapter 05)
 
 
 # %% ../../notebooks/07_add_and_norm.ipynb #c005
