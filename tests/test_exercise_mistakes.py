@@ -307,7 +307,11 @@ MISTAKES = {
     ("10_decoder", "my_alignment"): [
         ("no 1/sqrt(d_k)", "Q @ K.T / 2", "Q @ K.T"),
         ("softmax over the targets", "scores.softmax(-1)", "scores.softmax(0)"),
-        ("the pad not hidden", 'scores[:, SOURCE.index("<pad>")] = -torch.inf', "pass"),
+        (
+            "the pad not hidden",
+            'scores[:, SOURCE.index("<pad>")] = torch.finfo(scores.dtype).min',
+            "pass",
+        ),
     ],
     ("11_model", "MySharedTransformer"): [
         (

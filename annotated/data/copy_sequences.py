@@ -6,8 +6,8 @@
 __all__ = ['PAD', 'BOS', 'EOS', 'FIRST_SYMBOL', 'copy_batches']
 
 # %% ../../notebooks/13_copy_task.ipynb #c005
-# Legend: B batch, S source len, T = S + 2 target len (BOS, the symbols, EOS), n_vocab vocabulary size,
-# H heads.
+# Legend: B batch, S source len, S + 2 a whole target row (BOS; the symbols; EOS), T = S + 1 target len
+# (what the decoder reads: the row without its last id), n_vocab vocabulary size, H heads.
 from collections.abc import Iterator
 
 import torch

@@ -6,8 +6,8 @@
 __all__ = ['COPY_MODEL', 'copy_model', 'simple_greedy_decode', 'exact_match']
 
 # %% ../../notebooks/13_copy_task.ipynb #c012
-# Legend: B batch, S source len, T = S + 2 target len (BOS, the symbols, EOS), n_vocab vocabulary size,
-# H heads.
+# Legend: B batch, S source len, S + 2 a whole target row (BOS; the symbols; EOS), T = S + 1 target len
+# (what the decoder reads: the row without its last id), n_vocab vocabulary size, H heads.
 
 import dataclasses
 
@@ -58,7 +58,7 @@ def exact_match(model: Transformer, src: Tensor, tgt: Tensor) -> float:
     model.eval()
     limits = (src != PAD).sum(-1) + 1  # (B,) the symbols, then EOS
     mask = padding_mask(src, PAD)  # (B, 1, 1, S)
-    ys = simple_greedy_decode(model, src, mask, limits, BOS, EOS, PAD)  # (B, <= T)
-    out = torch.full_like(tgt, PAD)  # (B, T)
+    ys = simple_greedy_decode(model, src, mask, limits, BOS, EOS, PAD)  # (B, <= S + 2)
+    out = torch.full_like(tgt, PAD)  # (B, S + 2)
     out[:, : ys.size(1)] = ys  # decoding stops as soon as every row has emitted EOS
     return (out == tgt).all(-1).float().mean().item()
