@@ -152,9 +152,7 @@ PREFIX_IO = {
 def export_graph(module: nn.Module, args: tuple, path: str | Path, io: dict) -> Path:
     """Trace `module` on `args` into an ONNX file whose named axes stay variable."""
     with warnings.catch_warnings():
-        warnings.simplefilter(
-            "ignore"
-        )  # the tracer's notes on the shape checks it keeps as constants
+        warnings.simplefilter("ignore")  # the tracer's notes on Python values kept as constants
         torch.onnx.export(
             module.eval(),
             args,
