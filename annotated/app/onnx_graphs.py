@@ -103,26 +103,6 @@ class DecoderStepExport(nn.Module):
         weights = torch.stack([w[:, :, -1] for w in cross])  # (N, B, H, S)
         return logits, new_k, new_v, weights
 
-# %% ../../notebooks/36_browser.ipynb #c012
-class DecoderPrefixExport(nn.Module):
-    """Decode the whole prefix at every step, no cache: next-token logits, encoder-decoder attention."""
-
-    def __init__(self, model: Transformer):
-        super().__init__()
-        self.model = model
-
-    def forward(self, ys: Tensor, cross_k: Tensor, cross_v: Tensor) -> tuple[Tensor, Tensor]:
-        layers = self.model.decoder.layers
-        empty = cross_k[:, :, :, :0]  # (N, B, H, 0, Dk): the cache starts empty
-        cache = layer_caches(cross_k, cross_v, empty, empty)
-        memory = layers[0].cross_attn.merge_heads(cross_v[0])  # (B, S, D), for the shape checks
-        T = ys.size(1)
-        mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None]  # (1, 1, T, T) causal (§3.2.3)
-        states, _, cross = self.model.decode(memory, None, ys, mask, cache, need_weights=True)
-        logits = self.model.generator(states[:, -1])  # (B, n_vocab)
-        weights = torch.stack([w[:, :, -1] for w in cross])  # (N, B, H, S)
-        return logits, weights
-
 # %% ../../notebooks/36_browser.ipynb #c014
 ENCODER_IO = {  # name -> its variable axes
     "inputs": {"src": {0: "B", 1: "S"}},
@@ -143,18 +123,12 @@ STEP_IO = {
         "cross_weights": {1: "B", 3: "S"},
     },
 }
-PREFIX_IO = {
-    "inputs": {"ys": {0: "B", 1: "T"}, "cross_k": {1: "B", 3: "S"}, "cross_v": {1: "B", 3: "S"}},
-    "outputs": {"logits": {0: "B"}, "cross_weights": {1: "B", 3: "S"}},
-}
 
 
 def export_graph(module: nn.Module, args: tuple, path: str | Path, io: dict) -> Path:
     """Trace `module` on `args` into an ONNX file whose named axes stay variable."""
     with warnings.catch_warnings():
-        warnings.simplefilter(
-            "ignore"
-        )  # the tracer's notes on the shape checks it keeps as constants
+        warnings.simplefilter("ignore")  # the tracer's notes on Python values kept as constants
         torch.onnx.export(
             module.eval(),
             args,
