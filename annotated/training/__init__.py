@@ -15,11 +15,10 @@ from annotated.training.checkpoint import (
     CHECKPOINT_FORMAT,
     save_checkpoint,
     Checkpoint,
-    read_checked,
-    check_entries,
     load_checkpoint,
 )
 from annotated.training.model_file import MODEL_FORMAT, save_model, load_model
+from annotated.training.torch_file import read_checked, check_entries
 
 __all__ = [
     "average_weights",
@@ -35,10 +34,10 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "save_checkpoint",
     "Checkpoint",
-    "read_checked",
-    "check_entries",
     "load_checkpoint",
     "MODEL_FORMAT",
     "save_model",
     "load_model",
+    "read_checked",
+    "check_entries",
 ]
