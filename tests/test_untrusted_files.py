@@ -5,6 +5,7 @@ and a failed lock lets the run folder go."""
 
 import errno
 import importlib
+import io
 import os
 import shutil
 import zipfile
@@ -159,6 +160,25 @@ def test_a_pickle_larger_than_a_long_runs_is_refused_unread(capsys, monkeypatch,
     assert loads == []  # the 20 MiB pickle was refused before torch.load
     with pytest.raises(ValueError, match=r"its pickle unpacks to 20 MiB.*refused unread"):
         load_checkpoint(ckpt)
+
+
+def test_an_archive_of_too_many_members_is_refused_before_its_directory_is_read(
+    monkeypatch, tmp_path
+):
+    # 100,000 empty members: a 9 MB file whose directory costs 1.4 s and 57 MB to list (measured)
+    path = tmp_path / "many.pt"
+    with zipfile.ZipFile(path, "w") as archive:
+        for i in range(100_000):
+            archive.writestr(f"many/data/{i}", b"")
+    listed = []
+    monkeypatch.setattr(zipfile.ZipFile, "infolist", lambda self: listed.append(1) or [])
+    with pytest.raises(
+        ValueError,
+        match=r"many\.pt is not a checkpoint: its archive lists 100,000 "
+        r"members, more than the 16,384 .*; refused unread",
+    ):
+        load_checkpoint(path)
+    assert listed == []  # refused from the end record alone
 
 
 def test_a_checkpoint_replaced_while_it_is_checked_is_read_from_the_one_checked(
@@ -331,7 +351,7 @@ def test_a_full_disk_names_the_file_and_what_was_kept(capsys, monkeypatch, tmp_p
     real_save, saves = torch.save, []
 
     def disk_fills(obj, f, *args, **kwargs):  # the second checkpoint meets a full disk
-        if isinstance(obj, dict) and "format" in obj:
+        if isinstance(obj, dict) and "format" in obj and not isinstance(f, io.BytesIO):  # written
             saves.append(obj["step"])
             if len(saves) == 2:
                 f.write(bytes(64))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ..training.checkpoint import check_entries, read_checked
+from ..training.torch_file import check_entries, read_checked
 
 
 def read_snapshot(path: Path, run: str, like: dict[str, torch.Tensor], option: str) -> dict:
