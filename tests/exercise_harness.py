@@ -131,7 +131,7 @@ CHANGES = {
             "each translation is computed once; the check's sentences, beams and alphas are the chapter's",
         ),
         (
-            'model = load_checkpoint(RUN / "model_fp16.pt"',
+            'model = load_model(RUN / "model_fp16.safetensors"',
             up_to("greedy = ["),
             "the model, its tokenizer and the test sources the check reads, without translating "
             "the test set greedily (the check translates its 40 sentences itself)",
