@@ -18,7 +18,7 @@ import torch
 
 # bytes of the pickled part: 0.1 MiB for the paper's base model with Adam's state, plus about 20 bytes
 # per update of loss curve (2 MiB after the base model's 100K updates, 6 MiB after the big one's 300K).
-# Unpickling can hold ~36 times the bytes (`}a`: a 64-byte empty dict and its 8-byte list slot).
+# Unpickling can hold ~72 times the bytes (each `}` byte: a 64-byte empty dict and its 8-byte stack slot).
 _MAX_PICKLE = 2**24
 _MAX_MEMBERS = 2**14  # the paper's base model with Adam's state: 1,027 members (a file per tensor)
 
