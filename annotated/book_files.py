@@ -50,6 +50,7 @@ def _download(names: list[str], cache: Path) -> None:
     """Each of `names` in `cache`: the verified copy there, else downloaded by pooch and checked."""
     base = (os.environ.get(FILES_URL_ENV) or REPOSITORY_FILES.format(ref=book_ref())).rstrip("/") + "/"
     registry = {n: f"sha256:{e['sha256']}" for n, e in book_files().items()}
+    pooch.get_logger().setLevel("WARNING")  # no download log on stderr: a notebook shows only its outputs
     files = pooch.create(path=cache, base_url=base, registry=registry, retry_if_failed=2)
     for name in names:
         try:

@@ -47,6 +47,7 @@ def _download(name: str, cache: Path) -> Path:
     """One Multi30k file in `cache`: the verified copy there, else downloaded by pooch and checked."""
     url = MULTI30K_URL + name
     registry = {name: f"sha256:{MULTI30K_SHA256[name]}"}
+    pooch.get_logger().setLevel("WARNING")  # no download log on stderr: a notebook shows only its outputs
     files = pooch.create(path=cache, base_url=MULTI30K_URL, registry=registry, retry_if_failed=2)
     try:
         return Path(files.fetch(name))
