@@ -14,6 +14,11 @@ A run whose two files exist is skipped, so the script picks up where an earlier 
     python tools/table3.py --list                 # the rows and what each changes
     python tools/table3.py --jobs 2               # record every missing run (about 6 minutes each)
     python tools/table3.py --rows base A-heads-1 --seeds 0
+
+With `--lr-factor F` the same rows run with Eq. 3 scaled by F and are kept apart, in
+results/table3-lr-F/ (notebook 18's test of its post-LN rows at a rate near the paper's):
+
+    python tools/table3.py --lr-factor 0.11 --rows base C-layers-4 no-warmup pre-LN
 """
 
 from __future__ import annotations
@@ -77,12 +82,21 @@ def with_flags(budget: list[str], flags: list[str]) -> list[str]:
     return args
 
 
-def commands(row: str, seed: int, data_dir: str) -> tuple[list[str], list[str], Path, Path]:
+def table_name(lr_factor: float) -> str:
+    """The folder of a table: `table3` at the budget's rate, `table3-lr-F` at F times it."""
+    return "table3" if lr_factor == 1 else f"table3-lr-{lr_factor:g}"
+
+
+def commands(
+    row: str, seed: int, data_dir: str, lr_factor: float = 1.0
+) -> tuple[list[str], list[str], Path, Path]:
     flags, _ = ROWS[row]
-    out = ROOT / "results" / "table3" / row
-    run = f"runs/table3/{row}-seed{seed}"
+    table = table_name(lr_factor)
+    out = ROOT / "results" / table / row
+    run = f"runs/{table}/{row}-seed{seed}"
     train_file, val_file = out / f"seed{seed}.json", out / f"seed{seed}.val.json"
-    train = ["train", *with_flags(BUDGET.split(), flags.split()), "--seed", str(seed), "--out", run]
+    budget = BUDGET.split() + ([] if lr_factor == 1 else ["--lr-factor", f"{lr_factor:g}"])
+    train = ["train", *with_flags(budget, flags.split()), "--seed", str(seed), "--out", run]
     train += ["--data-dir", data_dir, "--results", str(train_file.relative_to(ROOT))]
     evaluate = [
         "evaluate",
@@ -97,8 +111,8 @@ def commands(row: str, seed: int, data_dir: str) -> tuple[list[str], list[str], 
     return train, evaluate, train_file, val_file
 
 
-def record(row: str, seed: int, data_dir: str) -> str:
-    train, evaluate, train_file, val_file = commands(row, seed, data_dir)
+def record(row: str, seed: int, data_dir: str, lr_factor: float = 1.0) -> str:
+    train, evaluate, train_file, val_file = commands(row, seed, data_dir, lr_factor)
     if train_file.is_file() and val_file.is_file():
         return f"{row} seed {seed}: recorded already"
     train_file.parent.mkdir(parents=True, exist_ok=True)
@@ -122,6 +136,9 @@ def main() -> int:
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
     parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time, one thread each")
+    parser.add_argument(
+        "--lr-factor", type=float, default=1.0, help="scale Eq. 3 (kept in results/table3-lr-F)"
+    )
     parser.add_argument("--list", action="store_true", help="print the rows and stop")
     parser.add_argument(
         "--rows-only", action="store_true", help="write results/table3/rows.json, stop"
@@ -135,16 +152,26 @@ def main() -> int:
         return 0
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
-    folder = ROOT / "results" / "table3"
+    if not 0 < args.lr_factor < float("inf"):
+        parser.error(f"--lr-factor must be a positive finite number, got {args.lr_factor}")
+    folder = ROOT / "results" / table_name(args.lr_factor)
     folder.mkdir(parents=True, exist_ok=True)
-    rows = {name: {"change": change, "flags": flags} for name, (flags, change) in ROWS.items()}
-    (folder / "rows.json").write_text(json.dumps({"budget": BUDGET, "rows": rows}, indent=1) + "\n")
+    # the main table lists every row; a table at another rate, the rows it has been asked for so far
+    listed = (
+        json.loads((folder / "rows.json").read_text())["rows"]
+        if args.lr_factor != 1 and (folder / "rows.json").is_file()
+        else {}
+    )
+    names = ROWS if args.lr_factor == 1 else [n for n in ROWS if n in listed or n in args.rows]
+    rows = {name: {"change": ROWS[name][1], "flags": ROWS[name][0]} for name in names}
+    budget = BUDGET + ("" if args.lr_factor == 1 else f" --lr-factor {args.lr_factor:g}")
+    (folder / "rows.json").write_text(json.dumps({"budget": budget, "rows": rows}, indent=1) + "\n")
     if args.rows_only:
         return 0
     todo = [(row, seed) for seed in args.seeds for row in args.rows]  # every row once, then again
     failed = 0
     with ThreadPoolExecutor(args.jobs) as pool:
-        for message in pool.map(lambda job: record(*job, args.data_dir), todo):
+        for message in pool.map(lambda job: record(*job, args.data_dir, args.lr_factor), todo):
             print(message, flush=True)
             failed += "FAILED" in message
     return 1 if failed else 0
