@@ -421,11 +421,11 @@ def test_the_saved_copiers_load_and_copy_as_their_notebooks_say(folder, low, hig
 
     from annotated.data import copy_batches
     from annotated.decoding import exact_match
-    from annotated.training import load_checkpoint
+    from annotated.training import load_model
 
     run = Path(__file__).resolve().parents[1] / "results" / folder
     record = json.loads((run / "results.json").read_text())
-    model = load_checkpoint(run / "copier.pt", restore_rng=False).model.eval()
+    model = load_model(run / "copier.safetensors")[0].eval()
     # the recorded configuration; fields added since it was recorded take their defaults
     assert model.cfg == type(model.cfg)(**record["config"])
     t = record["training"]

@@ -286,7 +286,7 @@ def test_results_readme_says_what_reads_every_file():
     listed = [name for cell in cells for name in re.findall(r"`([^`]+)`", cell)]
 
     def covered(path: str) -> bool:
-        if path.endswith(".pt"):  # weights are big: each one is named
+        if path.endswith(".safetensors"):  # weights are big: each one is named
             return path in listed
         return any(
             fnmatch.fnmatch(path, n) or (n.endswith("/") and path.startswith(n)) for n in listed
