@@ -131,6 +131,34 @@ def test_a_checkpoint_entry_of_the_wrong_type_is_named(tiny_checkpoint, tmp_path
     )
 
 
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda s: s.update(step=True), "its step must count updates (an int >= 0), got True"),
+        (lambda s: s.update(step=-5), "its step must count updates (an int >= 0), got -5"),
+        (lambda s: s.update(optimizer={"junk": 1}), "its saved states cannot be restored (KeyError"),
+        (
+            lambda s: s["rng"].update(torch=torch.zeros(10, dtype=torch.uint8)),
+            "its saved states cannot be restored (RuntimeError",
+        ),
+    ],
+    ids=["step True", "step -5", "optimizer junk", "rng of the wrong size"],
+)
+def test_well_typed_but_crafted_entries_are_refused_in_one_line(tmp_path, change, says):
+    """Entries of the right type but the wrong content: a ValueError naming the file, not a KeyError or
+    RuntimeError from deep inside PyTorch (appendices review, section 2 item 3)."""
+    torch.manual_seed(0)
+    model = make_model(7, 7, n_layers=1, d_model=8, d_ff=16, n_heads=2)
+    optimizer = torch.optim.Adam(model.parameters())
+    save_checkpoint(tmp_path / "good.pt", model, optimizer, step=3)
+    state = torch.load(tmp_path / "good.pt", weights_only=True)
+    change(state)
+    torch.save(state, tmp_path / "crafted.pt")
+    with pytest.raises(ValueError) as err:
+        load_checkpoint(tmp_path / "crafted.pt", model, optimizer)
+    assert str(err.value).startswith(f"{tmp_path / 'crafted.pt'}: {says}"), err.value
+
+
 # 2. Snapshots, read as checkpoints are
 
 

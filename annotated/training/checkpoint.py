@@ -167,6 +167,8 @@ def _read_checkpoint(path: str | os.PathLike, map_location) -> tuple[dict, Trans
                              f"{CHECKPOINT_FORMAT!r} and keys {list(_CHECKPOINT_TYPES)}, got {got}")
         check_entries(path, state, "checkpoint", _CHECKPOINT_TYPES)
         check_entries(path, state["rng"], "checkpoint's rng entry", {"torch": Tensor, "cuda": list})
+        if type(state["step"]) is not int or state["step"] < 0:  # True is an int too: refused
+            raise ValueError(f"{path}: its step must count updates (an int >= 0), got {state['step']!r}")
         cfg.append(_checked_config(path, state, unpacked))
 
     state = read_checked(path, check, map_location)
@@ -203,5 +205,8 @@ def load_checkpoint(
     ckpt = Checkpoint(
         model, state["step"], state["extra"], state["optimizer"], state["scheduler"], state["rng"]
     )
-    ckpt.restore(optimizer, scheduler, rng=restore_rng)
+    try:  # a crafted optimizer, scheduler or random state of the right type but the wrong content
+        ckpt.restore(optimizer, scheduler, rng=restore_rng)
+    except (KeyError, RuntimeError, TypeError, ValueError) as err:
+        raise ValueError(f"{path}: its saved states cannot be restored ({type(err).__name__}: {err})") from err
     return ckpt
