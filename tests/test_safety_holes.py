@@ -136,7 +136,10 @@ def test_a_checkpoint_entry_of_the_wrong_type_is_named(tiny_checkpoint, tmp_path
     [
         (lambda s: s.update(step=True), "its step must count updates (an int >= 0), got True"),
         (lambda s: s.update(step=-5), "its step must count updates (an int >= 0), got -5"),
-        (lambda s: s.update(optimizer={"junk": 1}), "its saved states cannot be restored (KeyError"),
+        (
+            lambda s: s.update(optimizer={"junk": 1}),
+            "its saved states cannot be restored (KeyError",
+        ),
         (
             lambda s: s["rng"].update(torch=torch.zeros(10, dtype=torch.uint8)),
             "its saved states cannot be restored (RuntimeError",
