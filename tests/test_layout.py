@@ -13,7 +13,6 @@ LAYERS = {
     "annotated.files": 0,
     "annotated.book_files": 0,
     "annotated.viz": 0,
-    "annotated._export": 0,  # nbdev's export processor (pyproject.toml), imported by nbdev alone
     "annotated.model": 1,
     "annotated.data": 2,
     "annotated.training": 3,  # the paper's training (§5): it never imports the run machinery above it
@@ -73,7 +72,6 @@ def test_every_role_is_a_folder_and_nothing_else_is_loose():
         "__init__.py",
         "__main__.py",
         "_modidx.py",
-        "_export.py",
         "validation.py",
         "files.py",
         "book_files.py",

@@ -48,7 +48,12 @@ def main() -> int:
         notebooks = sorted(str(p) for p in (work / "notebooks").glob("*.ipynb"))
         cleaner = [sys.executable, str(ROOT / "tools" / "clean_notebooks.py"), *notebooks]
         subprocess.run(cleaner, check=True)
-        subprocess.run([str(BIN / "nbdev-export")], cwd=work, check=True, capture_output=True)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        }
+        exported = [str(BIN / "nbdev-export")]  # tools/ on the path: its export processor
+        subprocess.run(exported, cwd=work, env=env, check=True, capture_output=True)
         unclean = differing(ROOT / "notebooks", work / "notebooks", "*.ipynb")
         stale = differing(ROOT / "annotated", work / "annotated", "*.py")
         orphans = [str(m.relative_to(work)) for m in generated if m.stat().st_mtime == 0]

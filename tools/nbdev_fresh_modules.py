@@ -2,13 +2,14 @@
 
 nbdev writes the module of a notebook's `#| default_exp` afresh, but *appends* a cell exported to another
 module (`#| export model.cache`) to that module's file as it stands, so a module filled only by such cells
-would grow with every export. `pyproject.toml` names this processor in `[tool.nbdev] export_procs`, so a
-plain `nbdev-export` runs it: before nbdev appends the first such cells of an export run, it writes the
+would grow with every export. `pyproject.toml` names this processor in `[tool.nbdev] export_procs`, so
+`make export` (nbdev-export with the repository on PYTHONPATH) runs it: before nbdev appends the first such cells of an export run, it writes the
 module's file anew, as nbdev writes a new module, opened by the docstring that a `#| module_doc TEXT`
 directive in one of its cells gives (what the module holds), else by the first line of the docstring of
 the first class or function exported to it. The notebook's later cells for that module are appended.
 Each module comes from one notebook (tests/test_one_definition.py); this processor only keeps a
-notebook's second and later modules from growing.
+notebook's second and later modules from growing. It is build machinery, so it lives here and not in
+the package: the wheel does not depend on nbdev.
 """
 
 import ast
@@ -43,7 +44,9 @@ class FreshModules(Processor):
         _seen.add(path)
         default = next((c.directives_["default_exp"] for c in self.nb.cells
                         if "default_exp" in c.directives_), None)  # fmt: skip
-        if default is not None:  # nbdev writes it afresh itself; a later notebook's cells append to it
+        if (
+            default is not None
+        ):  # nbdev writes it afresh itself; a later notebook's cells append to it
             _started.add(default)
         targets: dict[str, list] = {}
         for cell in self.nb.cells:
