@@ -177,6 +177,26 @@ MISTAKES = {
             "std=1 / table.embedding_dim",
         ),
         ("scaled by the vocabulary", "table.embedding_dim**-0.5", "table.num_embeddings**-0.5"),
+        (
+            "a uniform fill of the right spread",
+            "nn.init.normal_(table.weight, mean=0.0, std=table.embedding_dim**-0.5)",
+            "nn.init.uniform_(table.weight, -((3 / table.embedding_dim) ** 0.5), (3 / table.embedding_dim) ** 0.5)",
+        ),
+        (
+            "a constant fill",
+            "nn.init.normal_(table.weight, mean=0.0, std=table.embedding_dim**-0.5)",
+            "nn.init.constant_(table.weight, table.embedding_dim**-0.5)",
+        ),
+        (
+            "a new Parameter, not filled in place",
+            "nn.init.normal_(table.weight, mean=0.0, std=table.embedding_dim**-0.5)",
+            "table.weight = nn.Parameter(torch.randn_like(table.weight) * table.embedding_dim**-0.5)",
+        ),
+        (
+            "new memory under the same Parameter",
+            "nn.init.normal_(table.weight, mean=0.0, std=table.embedding_dim**-0.5)",
+            "table.weight.data = torch.randn_like(table.weight) * table.embedding_dim**-0.5",
+        ),
     ],
     ("07_add_and_norm", "MyRMSNorm"): [
         (
@@ -290,7 +310,7 @@ MISTAKES = {
             "lambda x: self.cross_attn(x, memory, memory, src_mask),",
         ),
     ],
-    ("10_decoder", "my_context_weights"): [
+    ("10_decoder", "my_cross_weights"): [
         ("queries from x, before the self-attention", "attn.W_q(state)", "attn.W_q(x)"),
         ("scaled by sqrt(d_model)", "/ attn.d_k**0.5", "/ attn.d_model**0.5"),
         (
@@ -620,6 +640,39 @@ def test_a_wrong_answer_fails_the_check(notebook, name, mistake, old, new):
     assert failure, f"{name} with {mistake} passes"
     if ex.graded:  # a grader reports a wrong answer; it does not raise on one
         assert failure.how == "report", f"{name} with {mistake}: the grader raised {failure.why}"
+
+
+# Right answers written otherwise than the solution: each must pass its check.
+RIGHT_ANSWERS = {
+    ("06_embeddings", "my_init_"): [
+        (
+            "normal_ on the weight, without autograd",
+            "nn.init.normal_(table.weight, mean=0.0, std=table.embedding_dim**-0.5)",
+            "with torch.no_grad():\n        table.weight.normal_(0.0, table.embedding_dim**-0.5)",
+        ),
+        (
+            "standard normals copied in, divided by sqrt(D)",
+            "nn.init.normal_(table.weight, mean=0.0, std=table.embedding_dim**-0.5)",
+            "with torch.no_grad():\n"
+            "        table.weight.copy_(torch.randn_like(table.weight) / math.sqrt(table.embedding_dim))",
+        ),
+    ],
+}
+RIGHT = [
+    pytest.param(nb, name, *r, id=f"{name}-{r[0]}", marks=marks(nb, name))
+    for (nb, name), rs in RIGHT_ANSWERS.items()
+    for r in rs
+]
+
+
+@pytest.mark.parametrize("notebook, name, variant, old, new", RIGHT)
+def test_a_right_answer_passes_the_check(notebook, name, variant, old, new):
+    source = exercise(notebook, name).solution
+    assert source.count(old) == 1, f"{name}: the edit '{variant}' no longer matches the solution"
+    answer = source.replace(old, new)
+    failed_when = FAILED_WHEN.get((notebook, name), "")
+    failure = run(notebook, name, answer, (*wrong_answers(notebook, name), answer), failed_when)
+    assert failure is None, f"{name} written as '{variant}' fails: {failure}"
 
 
 def test_the_slice_keeps_the_cells_that_make_what_is_read():

@@ -44,11 +44,16 @@ class DecoderLayer(nn.Module):
         self_cache, cross_cache = (None, None) if cache is None else cache  # decoding: chapter 14
         kept = []  # with need_weights: the (B, H, T, T) and (B, H, T, S) attention weights
 
-        def attend(attn, query, keys, mask, cache, causal=False):
-            return split_weights(attn(query, keys, keys, mask, cache, need_weights, causal), kept)
+        def self_attention(x):  # queries, keys and values: the target side
+            out = self.self_attn(x, x, x, tgt_mask, self_cache, need_weights, is_causal)
+            return split_weights(out, kept)  # (B, T, D)
 
-        x = self.sublayers[0](x, lambda x: attend(self.self_attn, x, x, tgt_mask, self_cache, is_causal))
-        x = self.sublayers[1](x, lambda x: attend(self.cross_attn, x, memory, src_mask, cross_cache))
+        def encoder_decoder_attention(x):  # queries: the target side; keys and values: the memory
+            out = self.cross_attn(x, memory, memory, src_mask, cross_cache, need_weights)
+            return split_weights(out, kept)  # (B, T, D)
+
+        x = self.sublayers[0](x, self_attention)
+        x = self.sublayers[1](x, encoder_decoder_attention)
         x = self.sublayers[2](x, self.feed_forward)
         return (x, *kept) if need_weights else x  # (B, T, D)
 
