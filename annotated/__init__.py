@@ -19,7 +19,7 @@ __all__ = [
     "padding_mask",
     "causal_mask",
     "MultiHeadAttention",
-    # the rest of the model (chapters 05-11; the checks at its edge: appendix 28)
+    # the rest of the model (chapters 05-11; the checks at its edge: chapter 11)
     "sinusoidal_encoding",
     "angular_frequencies",
     "relative_shift_matrix",
@@ -75,7 +75,7 @@ __all__ = [
     "PRESETS",
     # figures
     "attention_chart",
-    # grading a learner's own pieces (appendix 24)
+    # grading a learner's own pieces (appendices 23-27)
     "check",
     # the book's recorded files, wherever a notebook runs (appendix 37)
     "book_path",

@@ -157,6 +157,31 @@ def test_run_errors_are_one_line(capsys, tmp_path, args, message):
     assert err.count("\n") == 1 and err.startswith("error: ") and message in err
 
 
+@pytest.mark.parametrize("absent", ["onnx", "onnxruntime"])
+def test_export_onnx_without_its_extra_names_the_install(capsys, monkeypatch, tmp_path, absent):
+    import annotated.app.onnx_export as onnx_export
+
+    find_spec = onnx_export.importlib.util.find_spec
+    monkeypatch.setattr(
+        onnx_export.importlib.util,
+        "find_spec",
+        lambda name: None if name == absent else find_spec(name),
+    )
+    out = tmp_path / "out"
+    assert (
+        main(
+            ["export-onnx", "--checkpoint", str(tmp_path / "model.safetensors"), "--out", str(out)]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: export-onnx needs {absent}, which the package installs only on request: "
+        "pip install 'annotated-transformer[onnx]'\n"
+    )
+    assert not out.exists()  # refused before any work
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",

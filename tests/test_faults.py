@@ -522,7 +522,9 @@ def test_library_rejects_bad_inputs_by_name():
         match=r"pad_id must be an int in \[0, 8\] \(an id of the target vocabulary\), got 9",
     ):
         greedy_decode(model, src, None, 5, **{**ids, "pad_id": 9})
-    with pytest.raises(ValueError, match="max_len must be at most the model's max_len=20"):
+    with pytest.raises(
+        ValueError, match="max_new_tokens must each be at most the model's max_len=20"
+    ):
         greedy_decode(model, src, None, 10**9, **ids)
     for decode_ in (
         lambda s: greedy_decode(model, s, None, 5, **ids),

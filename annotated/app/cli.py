@@ -262,7 +262,8 @@ def one_line(err: BaseException) -> str:
         return (
             f"out of memory ({text[:200]}); lower --batch-size, --eval-size, --max-tokens or --beam"
         )
-    if isinstance(err, OSError | ValueError | TypeError):  # a missing file, bad input, a failed download
+    # a missing file, bad input, a failed download, a package to install
+    if isinstance(err, OSError | ValueError | TypeError | ImportError):
         return text
     return f"{type(err).__name__}: {text} (add --debug to see where)"
 

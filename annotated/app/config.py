@@ -25,8 +25,8 @@ class RunOptions:
     minutes: float | None = None  # budget: wall-clock time
     label_smoothing: float = 0.1
     warmup: int | None = None  # None here and below: the task's default
-    no_warmup: bool = False  # the peak rate from the first update, held until `warmup` (chapter 20)
-    lr_factor: float | None = None
+    no_warmup: bool = False  # make_scheduler's hold_peak: the peak rate from update 1 until `warmup` (chapter 20)
+    lr_factor: float | None = None  # make_scheduler's factor: multiplies Eq. 3's rate
     decay_to: int | None = None  # after the peak, the rate falls linearly to 0 at this update
     eval_every: int | None = None
     log_every: int | None = None

@@ -76,7 +76,7 @@ class CopyTask(Task):
     def model(self) -> Transformer:
         return Transformer(self.model_config(self.opt.copy_vocab))
 
-    def batches(self, step: int, progress: dict) -> Iterator[CheckedBatch]:
+    def batches(self, step: int, so_far: dict) -> Iterator[CheckedBatch]:
         opt, rt = self.opt, self.rt
         stream = copy_batches(None, opt.batch_size, opt.seq_len, opt.copy_vocab, self.cfg.run.seed, opt.min_len,
                               exclude=self.held[0])

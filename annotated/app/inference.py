@@ -85,7 +85,7 @@ def check_beam(beam: int, model: Transformer, device: torch.device, sentences: i
     check_memory(need, device, f"--beam {beam} ({sentences} sentences at a time)", "--beam")
 
 # %% ../../notebooks/32_inference.ipynb #c006
-def source_lines(args, tok, max_tokens: int) -> Iterator[tuple[list[int] | None, str | None]]:
+def source_lines(args, tok, max_source_tokens: int) -> Iterator[tuple[list[int] | None, str | None]]:
     """Each sentence as it is read: its token ids (None for a bad one) and a report if bad."""
     if args.text:
         # surrogateescape: bytes of an argument that were not UTF-8, which Python kept as stand-in
@@ -105,8 +105,8 @@ def source_lines(args, tok, max_tokens: int) -> Iterator[tuple[list[int] | None,
             yield None, f"line {n}: not UTF-8 text ({err.reason} at byte {err.start}); skipped"
             continue
         ids = encode(tok, text) if text else []
-        if len(ids) > max_tokens:
-            too_long = f"{len(ids)} tokens, more than the {max_tokens} this model can translate"
+        if len(ids) > max_source_tokens:
+            too_long = f"{len(ids)} tokens, more than the {max_source_tokens} this model can translate"
             yield None, f"line {n}: {too_long}; skipped"
             continue
         yield ids, None

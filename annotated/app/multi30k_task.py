@@ -114,8 +114,8 @@ class Multi30kTraining(Task):
     def describe(self) -> str:
         return f"vocabulary {self.tok.get_vocab_size()}"
 
-    def batches(self, step: int, progress: dict) -> Iterator[CheckedBatch]:
-        self.epoch, self.position = progress.get("epoch", 0), progress.get("position", 0)
+    def batches(self, step: int, so_far: dict) -> Iterator[CheckedBatch]:
+        self.epoch, self.position = so_far.get("epoch", 0), so_far.get("position", 0)
         while True:
             seed, rank, world_size = self.cfg.run.seed + self.epoch, self.rt.rank, self.rt.world_size
             everything = list(token_batches(self.train_ex, self.opt.max_tokens, True, seed))

@@ -10,6 +10,7 @@ __all__ = ['OnnxTranslator', 'export_translator', 'check_export']
 # H heads, Dk = D/H, N layers, n_vocab vocabulary size.
 import argparse
 import contextlib
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -139,7 +140,21 @@ def check_export(folder: str | Path) -> dict:
     return config
 
 # %% ../../notebooks/36_browser.ipynb #c031
+ONNX_PACKAGES = ("onnx", "onnxruntime")  # the [onnx] extra: not installed with the package alone
+
+
+def check_onnx_installed() -> None:
+    """Refuse, before any work, to export without the packages the export and its check import."""
+    missing = [name for name in ONNX_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ModuleNotFoundError(
+            f"export-onnx needs {' and '.join(missing)}, which the package installs only on request: "
+            "pip install 'annotated-transformer[onnx]'"
+        )
+
+
 def cmd_export_onnx(args: argparse.Namespace) -> int:
+    check_onnx_installed()
     config = export_translator(args.checkpoint, args.tokenizer, args.out, args.direction)
     check_export(args.out)  # read back: what the page will check
     out = Path(args.out)

@@ -96,9 +96,10 @@ def add_train_options(train: argparse.ArgumentParser) -> None:
     add("--warmup", type=pos_int,
         help=f"warm-up updates of the learning-rate schedule (§5.3; default {per_task('warmup')})")
     add("--no-warmup", action="store_true",
-        help="start at the schedule's peak and hold it for --warmup updates, then decay (an ablation)")
+        help="start at the schedule's peak and hold it for --warmup updates, then decay (an ablation; "
+        "make_scheduler's hold_peak)")
     add("--lr-factor", type=pos_float,
-        help=f"multiplies the schedule of §5.3 (default {per_task('lr_factor')})")
+        help=f"multiplies the schedule of §5.3, make_scheduler's factor (default {per_task('lr_factor')})")
     add("--decay-to", type=pos_int, metavar="N",
         help="after the warm-up, lower the rate linearly from its peak to 0 at update N "
         "(default: the inverse square root of §5.3)")

@@ -19,9 +19,9 @@ from ..training.checkpoint import Checkpoint
 from ..runs.interrupts import Signals
 from ..runs.processes import Runtime, replica_max_diff
 from ..runs.folder import RunFolder, check_budget, resume_into, write_manifest
-from ..runs.records import Stop, hardware, run_record, should_stop, write_results
+from ..runs.records import Stop, hardware, run_record, same_on_every_process, write_results
 from ..training.long_runs import FastLabelSmoothingLoss, Snapshots, make_scheduler
-from ..training.loop import Trainer
+from ..training.loop import Trainer, out_of_budget
 from ..training.schedule import make_optimizer
 from .config import RunConfig
 from .task import Task
@@ -56,8 +56,8 @@ def _setup(task: Task, opt, rt: Runtime, resumed: Checkpoint | None) -> tuple:
     model = task.model().to(rt.device)
     loss_fn = FastLabelSmoothingLoss(model.cfg.tgt_vocab, task.pad_id, smoothing=opt.label_smoothing)
     optimizer = make_optimizer(model)
-    scheduler = make_scheduler(optimizer, model.cfg.d_model, opt.warmup, opt.lr_factor, opt.no_warmup,
-                               opt.decay_to)
+    scheduler = make_scheduler(optimizer, model.cfg.d_model, opt.warmup, factor=opt.lr_factor,
+                               hold_peak=opt.no_warmup, decay_to=opt.decay_to)
     resume_into(resumed, model, optimizer, scheduler, opt.out)
     net = DistributedDataParallel(model) if rt.world_size > 1 else model
     trainer = Trainer(net, loss_fn, optimizer, scheduler, step=resumed.step if resumed else 0,
@@ -85,12 +85,12 @@ def _train(task: Task, opt, rt, run, argv, signals, resumed, folder) -> dict:
         torch.manual_seed(int(np.random.SeedSequence([opt.seed, rt.rank, trainer.step]).generate_state(1)[0]))
     log = print if rt.main else (lambda *a, **k: None)
     log(f"{sum(p.numel() for p in model.parameters()):,} parameters, {task.describe()}, {hardware(rt)}")
-    progress = {"curve": [], "evals": [], "wall": 0.0} if resumed is None else resumed.extra["progress"]
+    so_far = {"curve": [], "evals": [], "wall": 0.0} if resumed is None else resumed.extra["progress"]
     if resumed is not None:
         log(f"resuming at update {resumed.step}")
-    curve, evals = [tuple(c) for c in progress["curve"]], [tuple(e) for e in progress["evals"]]
+    curve, evals = [tuple(c) for c in so_far["curve"]], [tuple(e) for e in so_far["evals"]]
     snapshots = Snapshots(opt.average, folder.load_snapshots(resumed))
-    started = time.time() - progress["wall"]
+    started = time.time() - so_far["wall"]
     deadline = started + 60 * opt.minutes if opt.minutes else None
 
     def save(step: int) -> None:
@@ -109,9 +109,13 @@ def _train(task: Task, opt, rt, run, argv, signals, resumed, folder) -> dict:
         if step % opt.save_every == 0:
             save(step)
 
-    stop = lambda: should_stop(rt, trainer.step, opt.steps, deadline, signals)  # noqa: E731
+    def stop() -> bool:  # the budget or a signal: rank 0's answer, on every process
+        spent = out_of_budget(trainer.step, opt.steps, deadline, lambda: signals.received is not None)
+        return same_on_every_process(rt, spent)
+
     with signals.hold("the update under way is done and saved"):  # a double Ctrl-C too
-        trainer.fit(task.batches(trainer.step, progress), progress=False, callback=after, stop=stop)
+        batches = task.batches(trainer.step, so_far)
+        trainer.fit(batches, progress=False, callback=after, stop=stop)  # no progress bar: logs
         step = trainer.step
         folder.finish(signals, step, opt.minutes, lambda: save(step))
         wall, diff = time.time() - started, replica_max_diff(rt, model)

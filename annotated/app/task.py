@@ -66,8 +66,9 @@ class Task:
     def log_line(self, step: int, loss: float, seconds: float, lr: float) -> str:
         return f"step {step}  loss/token {loss:.3f}  {seconds:.0f}s"
 
-    def batches(self, step: int, progress: dict) -> Iterator[Batch]:
-        """This process's batches, from update `step` on (a resumed run skips what it trained on)."""
+    def batches(self, step: int, so_far: dict) -> Iterator[Batch]:
+        """This process's batches, from update `step` on (a resumed run skips what it trained on);
+        `so_far`: what the run has saved so far, the task's place in its data among it."""
         raise NotImplementedError
 
     def evaluate(self, model: Transformer, snapshots: Snapshots, step: int, seconds: float) -> tuple:

@@ -15,6 +15,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from annotated.check.framework import (
+    B,
+    H,
+    S,
+    T,
     Failure,
     Report,
     ensure_callable,
@@ -34,8 +38,11 @@ def output_of(result) -> Tensor:
     return result
 
 
-def attention_inputs(B=2, H=3, T=5, S=7, Dk=8, Dv=6) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Random queries, keys, values and a mask that leaves every query at least one key."""
+def attention_inputs(B=B, H=H, T=T, S=S, Dk=8, Dv=6) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Random queries, keys, values and a mask that leaves every query at least one key.
+
+    The graders' sizes (appendix 23) and two widths of their own: every axis has another size, so an
+    axis taken for another shows as a wrong shape."""
     q, k, v = torch.randn(B, H, T, Dk), torch.randn(B, H, S, Dk), torch.randn(B, H, S, Dv)
     mask = torch.rand(B, 1, T, S) > 0.4  # (B, 1, T, S)
     mask[..., 0] = True
@@ -52,10 +59,12 @@ def _att_shape(fn):
     q, k, v, mask = attention_inputs()
     result = fn(q, k, v, mask)
     out = output_of(result)
-    expect(out.shape == (2, 3, 5, 6), f"output {tuple(out.shape)}, expected (B, H, T, Dv) = (2, 3, 5, 6)")
+    want = (*q.shape[:-1], v.size(-1))  # (B, H, T, Dv)
+    expect(out.shape == want, f"output {tuple(out.shape)}, expected (B, H, T, Dv) = {want}")
     if isinstance(result, tuple | list) and len(result) > 1:
         w = result[1]
-        expect(w.shape == (2, 3, 5, 7), f"weights {tuple(w.shape)}, expected (B, H, T, S) = (2, 3, 5, 7)")
+        want = (*q.shape[:-1], k.size(-2))  # (B, H, T, S)
+        expect(w.shape == want, f"weights {tuple(w.shape)}, expected (B, H, T, S) = {want}")
     return "output (B, H, T, Dv) for queries (B, H, T, Dk), keys (B, H, S, Dk), values (B, H, S, Dv)"
 
 
@@ -138,7 +147,7 @@ def _att_key_order(fn):
 
 def _att_gradients(fn):
     q, k, v, mask = (t.requires_grad_() if t.is_floating_point() else t for t in attention_inputs())
-    total = (output_of(fn(q, k, v, mask)) * torch.randn(2, 3, 5, 6)).sum()
+    total = (output_of(fn(q, k, v, mask)) * torch.randn(*q.shape[:-1], v.size(-1))).sum()
     grads = torch.autograd.grad(total, (q, k, v), allow_unused=True)
     for name, g in zip(("query", "key", "value"), grads, strict=True):
         expect(g is not None and bool(g.abs().sum() > 0), f"no gradient reaches the {name}")
@@ -189,8 +198,8 @@ def padding_tokens(pad_id: int) -> Tensor:
 
 def check_padding(padding_fn, pad_id: int) -> None:
     tokens = padding_tokens(pad_id)
-    got = expect_mask(padding_fn(tokens, pad_id), (2, 3, 4, 6), f"padding_fn(tokens, {pad_id})")
-    want = (tokens != pad_id)[:, None, None, :].expand(2, 3, 4, 6)
+    got = expect_mask(padding_fn(tokens, pad_id), (2, H, 4, 6), f"padding_fn(tokens, {pad_id})")
+    want = (tokens != pad_id)[:, None, None, :].expand(2, H, 4, 6)
     expect(got.equal(want), f"with pad_id={pad_id}: True must mark real tokens, False the pads")
 
 # %% ../../notebooks/24_check.ipynb #c028
@@ -201,7 +210,7 @@ def masks(padding_fn: Callable, causal_fn: Callable) -> Report:
     ensure_callable("causal_fn", causal_fn, "your causal mask function")
 
     def padding_shape_and_dtype(_):
-        expect_mask(padding_fn(padding_tokens(0), 0), (2, 3, 4, 6), "padding_fn(tokens, 0)")
+        expect_mask(padding_fn(padding_tokens(0), 0), (2, H, 4, 6), "padding_fn(tokens, 0)")
         return "bool, broadcastable to (B, H, T, S)"
 
     def padding_hides_pads(_):
@@ -214,13 +223,13 @@ def masks(padding_fn: Callable, causal_fn: Callable) -> Report:
 
     def causal_shape_and_dtype(_):
         for size in (1, 4):
-            expect_mask(causal_fn(size), (2, 3, size, size), f"causal_fn({size})")
+            expect_mask(causal_fn(size), (2, H, size, size), f"causal_fn({size})")
         return "bool, broadcastable to (B, H, T, T)"
 
     def causal_hides_future(_):
         for size in (1, 4, 6):
-            got = expect_mask(causal_fn(size), (2, 3, size, size), f"causal_fn({size})")
-            want = torch.ones(size, size, dtype=torch.bool).tril().expand(2, 3, size, size)
+            got = expect_mask(causal_fn(size), (2, H, size, size), f"causal_fn({size})")
+            want = torch.ones(size, size, dtype=torch.bool).tril().expand(2, H, size, size)
             expect(got.equal(want), f"causal_fn({size}): query t must see exactly the keys s <= t")
         return "query t sees the keys s <= t and no later one"
 

@@ -130,7 +130,7 @@ def check_decoding_model(model: nn.Module, src: Tensor, limits: Tensor, **ids: i
     most = int(limits.max())  # the longest output
     if max(src.size(1), most) > cfg.max_len:
         raise ValueError(
-            f"max_len must be at most the model's max_len={cfg.max_len} (positions it can encode), "
-            f"got {max(src.size(1), most)} (sources of length {src.size(1)}, outputs of up to {most})"
+            f"the sources' length and max_new_tokens must each be at most the model's max_len={cfg.max_len} "
+            f"(positions it can encode), got sources of length {src.size(1)} and max_new_tokens up to {most}"
         )
 

@@ -1,7 +1,7 @@
 """The model (§3): attention, masks, heads, positions, embeddings, norms, the encoder, the decoder and the Transformer.
 
-Chapters 02-11 teach them and export each layer as they write it; chapter 14 adds the decoding cache,
-and appendix 28 the checks at the full model's edge.
+Chapters 02-11 teach them and export each layer as they write it, chapter 11 with the checks at the
+full model's edge (appendix 28 shows what they refuse); chapter 14 adds the decoding cache.
 
 Each module is generated from a notebook (its header names which); this file re-exports every name in
 the modules' `__all__` (tools/public_api.py writes it).

@@ -32,7 +32,7 @@ from annotated.runs.processes import (
     replica_max_diff,
 )
 from annotated.runs.records import (
-    should_stop,
+    same_on_every_process,
     git_commit,
     hardware,
     run_record,
@@ -65,7 +65,7 @@ __all__ = [
     "start_runtime",
     "stop_runtime",
     "replica_max_diff",
-    "should_stop",
+    "same_on_every_process",
     "git_commit",
     "hardware",
     "run_record",

@@ -27,7 +27,7 @@ from annotated.training.long_runs import (
     average_state_dicts,
     Snapshots,
 )
-from annotated.training.loop import train_step_at_scale, Trainer
+from annotated.training.loop import train_step_at_scale, out_of_budget, Trainer
 
 __all__ = [
     "average_weights",
@@ -53,5 +53,6 @@ __all__ = [
     "average_state_dicts",
     "Snapshots",
     "train_step_at_scale",
+    "out_of_budget",
     "Trainer",
 ]

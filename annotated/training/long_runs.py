@@ -78,11 +78,11 @@ class FastLabelSmoothingLoss(LabelSmoothingLoss):
     def __init__(self, vocab_size: int, pad_id: int, smoothing: float = 0.1):
         _check_settings(vocab_size, pad_id, smoothing)  # once, when the loss is built
         super().__init__(vocab_size, pad_id, float(smoothing))
-        eps = self.smoothing
+        eps_ls = self.smoothing  # the chapters' epsilon_ls (not LayerNorm's or Adam's eps)
         # H(q): the lowest loss per real token any model can reach; KL(q || p) = loss - H(q) per token
-        # log(rest) as log(eps) - log(n_vocab - 2): eps / (n_vocab - 2) can underflow to 0 for a tiny eps
-        log_rest = math.log(eps) - math.log(vocab_size - 2) if eps else 0.0
-        self.entropy = -(1 - eps) * math.log(1 - eps) - eps * log_rest
+        # log(rest) as log(eps_ls) - log(n_vocab - 2): eps_ls / (n_vocab - 2) can underflow to 0
+        log_rest = math.log(eps_ls) - math.log(vocab_size - 2) if eps_ls else 0.0
+        self.entropy = -(1 - eps_ls) * math.log(1 - eps_ls) - eps_ls * log_rest
 
     def forward(self, logits: Tensor, target: Tensor) -> Tensor:
         """Sum the loss over real positions: logits (..., n_vocab) and labels (...) -> scalar."""
