@@ -649,6 +649,11 @@ def test_bad_checkpoint_files(tmp_path):
         ValueError, match=r"foreign.pt is not an annotated checkpoint: expected a dict"
     ):
         load_checkpoint(tmp_path / "foreign.pt")
+    torch.save({"format": "annotated.training/2", "model": {}}, tmp_path / "later.pt")
+    with pytest.raises(
+        ValueError, match=r"later.pt is a checkpoint of format 'annotated.training/2'; this version"
+    ):
+        load_checkpoint(tmp_path / "later.pt")
     torch.save(torch.ones(3), tmp_path / "tensor.pt")
     with pytest.raises(ValueError, match=r"tensor.pt is not an annotated checkpoint.*got Tensor"):
         load_checkpoint(tmp_path / "tensor.pt")

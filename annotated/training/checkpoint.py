@@ -161,6 +161,9 @@ def _read_checkpoint(path: str | os.PathLike, map_location) -> tuple[dict, Trans
     cfg = []  # what `check` finds
 
     def check(state: object, unpacked: int) -> None:
+        if isinstance(state, dict) and isinstance(state.get("format"), str) and state["format"] != CHECKPOINT_FORMAT:
+            raise ValueError(f"{path} is a checkpoint of format {state['format']!r}; this version "
+                             f"reads {CHECKPOINT_FORMAT!r}")
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             got = sorted(map(str, state))[:8] if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"{path} is not an annotated checkpoint: expected a dict with format "
