@@ -46,16 +46,18 @@ class _Finished:
         self.ys = torch.full((B, 1 + max_new_tokens), pad_id, dtype=torch.long, device=device)
         self.length = torch.ones(B, dtype=torch.long, device=device)  # (B,) BOS + tokens
 
-    def offer(self, seqs: Tensor, top_lp: Tensor, ends: Tensor, n: int, alpha: float, done: Tensor):
+    def offer(
+        self, seqs: Tensor, top_lp: Tensor, ends: Tensor, generated: int, alpha: float, done: Tensor
+    ):
         """Keep each sentence's best ending candidate among the n_beam best, if it scores higher."""
         first_half = torch.arange(ends.size(1), device=ends.device) < ends.size(1) // 2
         ends = ends & first_half  # (B, 2*n_beam): ending, and among the n_beam best
-        score = (top_lp / length_penalty(n, alpha)).masked_fill(~ends, -torch.inf)  # (B, 2*n_beam)
+        score = (top_lp / length_penalty(generated, alpha)).masked_fill(~ends, -torch.inf)  # (B, 2*n_beam)
         new, j = score.max(dim=-1)  # (B,)
         better = (new > self.score) & ~done
         self.score = torch.where(better, new, self.score)
-        self.ys[better, : n + 1] = seqs[better, j[better]]
-        self.length[better] = n + 1
+        self.ys[better, : generated + 1] = seqs[better, j[better]]
+        self.length[better] = generated + 1
 
 # %% ../../notebooks/15_beam_search.ipynb #c029
 @torch.no_grad()
@@ -84,19 +86,19 @@ def beam_search(
     log_p[:, 1:] = float("-inf")  # n_beam copies of BOS are one prefix: only the first one counts
     best, done = _Finished(B, int(limits.max()), pad_id, dev), torch.zeros_like(limits).bool()
     pad, cache = torch.tensor([pad_id], device=dev), DecoderCache() if use_cache else None
-    for n in range(1, int(limits.max()) + 1):  # n: tokens generated after this step
+    for generated in range(1, int(limits.max()) + 1):  # tokens generated after this step
         logits = next_token_logits(model, memory, src_mask, ys, cache)  # (B*n_beam, n_vocab)
         log_probs = logits.log_softmax(-1).index_fill(-1, pad, -torch.inf)  # (B*n_beam, n_vocab)
-        top_lp, rows, seqs = _top_candidates(log_p, log_probs, ys)  # seqs: (B, 2*n_beam, n + 1)
+        top_lp, rows, seqs = _top_candidates(log_p, log_probs, ys)  # seqs: (B, 2*n_beam, T + 1)
         is_eos = seqs[..., -1] == eos_id  # (B, 2*n_beam)
-        best.offer(seqs, top_lp, is_eos | (n >= limits)[:, None], n, alpha, done)
+        best.offer(seqs, top_lp, is_eos | (generated >= limits)[:, None], generated, alpha, done)
         log_p, pick = top_lp.masked_fill(is_eos, -torch.inf).topk(n_beam, dim=-1)  # (B, n_beam)
-        ys = seqs.gather(1, pick[..., None].expand(-1, -1, n + 1))  # (B, n_beam, n + 1) the beams
-        ys = ys.view(B * n_beam, n + 1)  # (B*n_beam, n + 1)
+        ys = seqs.gather(1, pick[..., None].expand(-1, -1, generated + 1))  # (B, n_beam, T + 1)
+        ys = ys.view(B * n_beam, generated + 1)  # (B*n_beam, T + 1)
         if cache is not None:
             cache.reorder(rows.gather(1, pick).view(B * n_beam))  # the cache follows its beams
-        bound = length_penalty(limits if exact_stop else n, alpha)  # lp now, or the largest lp
-        done |= (best.score >= log_p[:, 0] / bound) | (n >= limits)  # step 4
+        bound = length_penalty(limits if exact_stop else generated, alpha)  # lp now, or the largest lp
+        done |= (best.score >= log_p[:, 0] / bound) | (generated >= limits)  # step 4
         if done.all():
             break
     tokens = best.ys[:, : int(best.length.max())]  # (B, 1 + longest best)

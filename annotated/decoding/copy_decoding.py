@@ -34,7 +34,7 @@ def copy_model(vocab_size: int, **overrides) -> Transformer:
 def simple_greedy_decode(
     model: Transformer, src: Tensor, src_mask: Tensor, limits: Tensor, bos_id: int, eos_id: int, pad_id: int
 ) -> Tensor:
-    """Append the most probable token until EOS or `limits` (B,) tokens, the whole prefix each step (§6.1); (B, 1 + n)."""
+    """Append the most probable token until EOS or `limits` (B,) tokens, the whole prefix each step (§6.1); (B, 1 + at most max(limits))."""
     memory = model.encode(src, src_mask)  # (B, S, D)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
     done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)  # (B,)

@@ -24,12 +24,12 @@ class Transformer(nn.Module):
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.cfg, d, p = cfg, cfg.d_model, cfg.dropout
-        sizes = (d, cfg.n_heads, cfg.d_ff, p, cfg.norm_first, cfg.scale_attention, cfg.d_k)
+        self.cfg, d, p_drop = cfg, cfg.d_model, cfg.dropout
+        sizes = (d, cfg.n_heads, cfg.d_ff, p_drop, cfg.norm_first, cfg.scale_attention, cfg.d_k)
         encoder_layer, decoder_layer = EncoderLayer(*sizes), DecoderLayer(*sizes)
         self.src_embed, self.tgt_embed = Embeddings(cfg.src_vocab, d), Embeddings(cfg.tgt_vocab, d)
-        self.src_pos = PositionalEncoding(d, p, cfg.max_len, learned=cfg.learned_positions)
-        self.tgt_pos = PositionalEncoding(d, p, cfg.max_len, learned=cfg.learned_positions)
+        self.src_pos = PositionalEncoding(d, p_drop, cfg.max_len, learned=cfg.learned_positions)
+        self.tgt_pos = PositionalEncoding(d, p_drop, cfg.max_len, learned=cfg.learned_positions)
         self.encoder = Encoder(encoder_layer, cfg.n_layers)
         self.decoder = Decoder(decoder_layer, cfg.n_layers)
         self.generator = nn.Linear(d, cfg.tgt_vocab)  # logits over the target vocabulary
@@ -72,6 +72,7 @@ class Transformer(nn.Module):
         return self.generator(states), AttentionWeights(encoder, decoder, cross)
 
 
+# %% ../../notebooks/11_model.ipynb #c009b
 @dataclass
 class AttentionWeights:
     """Every layer's attention weights, returned by `model(..., need_weights=True)`."""

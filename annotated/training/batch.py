@@ -14,10 +14,10 @@ from ..model.masks import causal_mask, padding_mask
 class Batch:
     """Split targets into decoder input and labels, offset by one, and build both masks (§3.1)."""
 
-    def __init__(self, src: Tensor, tgt: Tensor, pad_id: int):
+    def __init__(self, src: Tensor, tgt: Tensor, pad_id: int):  # tgt: (B, T + 1), BOS ... EOS
         self.src = src  # (B, S)
-        self.tgt_in = tgt[:, :-1]  # (B, T): BOS y1 ... yn, what the decoder reads
-        self.tgt_out = tgt[:, 1:]  # (B, T): y1 ... yn EOS, what it must predict
+        self.tgt_in = tgt[:, :-1]  # (B, T): BOS, then the target without EOS: what the decoder reads
+        self.tgt_out = tgt[:, 1:]  # (B, T): the target, then EOS: what it must predict
         self.src_mask = padding_mask(src, pad_id)  # (B, 1, 1, S)
         causal = causal_mask(self.tgt_in.size(1), tgt.device)  # (1, 1, T, T)
         self.tgt_mask = padding_mask(self.tgt_in, pad_id) & causal  # (B, 1, T, T)

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 
 class LabelSmoothingLoss(nn.Module):
-    """Cross-entropy with 1 - eps on the label and eps over the other non-pad classes (§5.4)."""
+    """Cross-entropy with 1 - smoothing on the label, smoothing over the other non-pad classes (§5.4)."""
 
     def __init__(self, vocab_size: int, pad_id: int, smoothing: float = 0.1):
         super().__init__()
