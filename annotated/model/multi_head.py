@@ -18,7 +18,7 @@ from ..validation import positive_int
 
 # %% ../../notebooks/04_multi_head_attention.ipynb #c008b
 class MultiHeadAttention(nn.Module):
-    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O (§3.2.2)."""
+    """Concat(head_1, ..., head_h) W^O, head_i = Eq. 1 on the projected inputs (§3.2.2)."""
 
     def __init__(
         self,
@@ -48,7 +48,7 @@ class MultiHeadAttention(nn.Module):
         self.scale, self.fused = scale, fused
 
     def forward(self, query, key, value, mask=None, cache=None, need_weights=False, is_causal=False):
-        """query (B, T, D), key and value (B, S, D); mask: bool, True = may attend."""
+        """query (B, T, D), key and value (B, S, D), unprojected; mask: bool, True = may attend."""
         check_widths(self.d_model, query=query, key=key, value=value)  # by name (the aside below)
         q = self.split_heads(self.W_q(query))  # (B, H, T, Dk)
         k, v = self.keys_values(key, value, cache)  # (B, H, S, Dk), (B, H, S, Dv)
@@ -77,12 +77,12 @@ class MultiHeadAttention(nn.Module):
         return x, weights.detach()  # the weights are returned to be looked at, not trained through
 
     def split_heads(self, x: Tensor) -> Tensor:
-        """(B, L, H * Dk) -> (B, H, L, Dk): each head gets its slice of every position."""
+        """(B, L, H * Dk) -> (B, H, L, Dk), Dv for values: one slice of every position per head."""
         B, L, _ = x.shape
         return x.view(B, L, self.n_heads, -1).transpose(1, 2)
 
     def merge_heads(self, x: Tensor) -> Tensor:
-        """(B, H, L, Dk) -> (B, L, D): the heads side by side again."""
+        """(B, H, L, Dv) -> (B, L, D): the heads side by side again."""
         B, _, L, _ = x.shape
         return x.transpose(1, 2).reshape(B, L, self.d_model)
 
