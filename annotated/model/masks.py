@@ -12,7 +12,7 @@ from torch import Tensor
 from ..validation import positive_int
 
 # %% ../../notebooks/03_masks.ipynb #c005
-def check_tokens(tokens: Tensor, name: str = "tokens", shape: str = "(B, length)") -> None:
+def check_tokens(tokens: Tensor, name: str = "tokens") -> None:
     """Raise a clear error unless `tokens` is a 2-D tensor of token ids, torch.long or torch.int."""
     if not isinstance(tokens, Tensor):  # a list or an array: say so, not "'list' has no attribute"
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}")
@@ -21,7 +21,7 @@ def check_tokens(tokens: Tensor, name: str = "tokens", shape: str = "(B, length)
             f"{name} must be an integer tensor of token ids (torch.long or torch.int), got {tokens.dtype}"
         )
     if tokens.dim() != 2:
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(tokens.shape)}")
+        raise ValueError(f"{name} must have shape (B, length), got {tuple(tokens.shape)}")
 
 
 # %% ../../notebooks/03_masks.ipynb #60d6c83a

@@ -61,7 +61,7 @@ class CheckedBatch(Batch):
 # %% ../../notebooks/33_training_engineering.ipynb #b28e
 def _check_batch(src: Tensor, tgt: Tensor, pad_id: int) -> None:
     """Refuse ids that are not (B, length) tokens, unequal batch sizes and a target without a label."""
-    check_tokens(src, "src", "(B, length)"), check_tokens(tgt, "tgt", "(B, length)")
+    check_tokens(src, "src"), check_tokens(tgt, "tgt")
     if src.size(0) != tgt.size(0):
         raise ValueError(
             f"src and tgt must have the same batch size, got {src.size(0)} and {tgt.size(0)}"
@@ -120,7 +120,7 @@ def _check_labels(logits: Tensor, target: Tensor, vocab_size: int) -> None:
             f"logits must be target's shape plus vocab_size={vocab_size}, "
             f"got logits {tuple(logits.shape)} and target {tuple(target.shape)}"
         )
-    check_tokens(target.reshape(1, -1), "target", "(B, length)")
+    check_tokens(target.reshape(1, -1), "target")
     # Reading the labels' values is free on a CPU; on a GPU it would wait for it at every update.
     if is_plain_cpu_tensor(target):  # one read of the values, the model's rule and message
         check_token_ids(target, vocab_size, "target")
