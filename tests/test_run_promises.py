@@ -59,7 +59,18 @@ def test_a_finished_run_with_a_larger_budget_trains_on(capsys, finished, tmp_pat
 
 def test_a_finished_time_budget_is_refused(capsys, tmp_path):
     out = tmp_path / "timed"
-    timed = [*COPY, "--minutes", "0.01", "--eval-size", "16", "--batch-size", "8"]
+    # the time budget, not the copy task's default steps, must end the run, however fast the machine
+    timed = [
+        *COPY,
+        "--minutes",
+        "0.01",
+        "--steps",
+        "10000000",
+        "--eval-size",
+        "16",
+        "--batch-size",
+        "8",
+    ]
     assert main([*timed, "--out", str(out)]) == 0
     capsys.readouterr()
     line = fails(capsys, ["train", "--resume", out, "--minutes", "0.01"])
