@@ -146,3 +146,42 @@ def test_each_seed_trained_for_the_hour_the_pages_say():
         assert "2 cores" in record(run)["hardware"], run
     assert "one hour of training on two CPU cores" in readme_results()
     assert "an hour each on a 2-core CPU" in intro_results()
+
+
+def test_the_hour_is_told_with_the_updates_each_seed_made():
+    """ "One hour" is a limit of time on a shared machine: the README names each seed's updates."""
+    said = readme_results()
+    steps = [record(run)["training"]["steps"] for run in SEEDS]
+    assert (
+        "the three seeds made "
+        + ", ".join(f"{s:,}" for s in steps[:-1])
+        + f" and {steps[-1]:,} updates"
+        in said
+    )
+
+
+def test_the_float32_score_of_seed_0_is_the_runs_own_record():
+    """The README's 40.77 (float32, at the end of the run) beside the headline's half-precision scores."""
+    match = re.search(
+        r"float32 weights at the end of training, recorded ([\d.]+) with beam search",
+        readme_results(),
+    )
+    assert match and float(match.group(1)) == record(RECORDED)["test"]["beam"]["bleu"]
+    assert (
+        float(match.group(1)) != scores(RECORDED, "beam")["bleu"]
+    )  # two numbers, so both are named
+
+
+def test_the_variants_with_beam_search_are_told_as_recorded():
+    """With beam search on validation, decay_to is level with seed 0 and dropout 0.3 below by more than the spread."""
+    beam = {
+        run: scores(run, "beam", "val")["bleu"]
+        for run in (*SEEDS, "multi30k-dropout0.3", "multi30k-decay")
+    }
+    spread = max(beam[run] for run in SEEDS) - min(beam[run] for run in SEEDS)
+    assert abs(beam[RECORDED] - beam["multi30k-decay"]) < spread / 4, beam
+    assert beam[RECORDED] - beam["multi30k-dropout0.3"] > spread, beam
+    assert (
+        "the linearly falling rate is level with seed 0 and dropout 0.3 falls below it"
+        in readme_results()
+    )

@@ -62,7 +62,7 @@ _TOKEN = re.compile(r"'\w+|\w+|[^\w\s]")  # an apostrophe suffix, a word, or one
 
 
 def simple_tokenize(text: str) -> list[str]:
-    """Lowercase and split into words, 's-like suffixes and punctuation marks (close to spaCy)."""
+    """Lowercase and split into words, 's-like suffixes and punctuation marks."""
     return _TOKEN.findall(text.lower())
 
 
