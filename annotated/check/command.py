@@ -19,7 +19,7 @@ from .decoding_checks import greedy_decode
 from .layer_checks import encoder_layer, feed_forward, layer_norm, positional_encoding
 from .model_checks import decoder_layer, model
 from .multi_head_checks import multi_head
-from .sandbox import confine, finish, mark, run_apart
+from .sandbox import confine_child, report_stage, run_in_sandbox, send_result_and_exit
 from .smoothing_checks import label_smoothing
 from .training_checks import embeddings, learning_rate
 
@@ -125,25 +125,25 @@ def grade_apart(piece: str, targets: list[str], timeout: float) -> tuple[bool, s
     """Grade in a child process: (every property holds, the report or one line on why none came,
     whether a report came)."""
     job = {"piece": piece, "targets": targets, "folder": os.getcwd()}
-    apart = run_apart("annotated.check.command:grade_here", job, timeout)
-    result = apart.result or {}
+    outcome = run_in_sandbox("annotated.check.command:grade_here", job, timeout)
+    result = outcome.result or {}
     if "report" in result:
         return bool(result["passed"]), str(result["report"]), True
     if "error" in result:  # a bad target: the same error as in one process, exit status 2
         raise (TypeError if result["error"] == "TypeError" else ValueError)(result["message"])
-    why = f"{' and '.join(targets)} raised {result['raised']}" if result else apart.ending
+    why = f"{' and '.join(targets)} raised {result['raised']}" if result else outcome.ending
     return False, f"check.{piece}: no report: {why}", False
 
 
 def grade_here(job: dict) -> None:
     """In the child process: grade the job's targets; hand the report (or error) to the parent."""
-    confine(job)
+    confine_child(job)
     try:
         found = []
         for target in job["targets"]:
-            mark(job, f"importing {target.rpartition(':')[0]}")
+            report_stage(job, f"importing {target.rpartition(':')[0]}")
             found.append(load_target(target, job["folder"]))
-        mark(job, f"grading {' and '.join(job['targets'])}")
+        report_stage(job, f"grading {' and '.join(job['targets'])}")
         report = check_named(job["piece"])(*found)
         result = {"passed": bool(report), "report": str(report)}
     except (ValueError, TypeError, OSError) as err:  # a bad target
@@ -152,4 +152,4 @@ def grade_here(job: dict) -> None:
         raise  # the parent reports the exit, whatever its status
     except BaseException as err:  # KeyboardInterrupt and the like, raised by the learner's code
         result = {"raised": f"{type(err).__name__}: {' '.join(str(err).split())}"}
-    finish(job, result)
+    send_result_and_exit(job, result)
