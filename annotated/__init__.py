@@ -61,7 +61,8 @@ __all__ = [
     "greedy_decode",
     "beam_search",
     "length_penalty",
-    # data (chapter 16; the download and checksums: appendix 29) and evaluation (chapter 17)
+    # data (chapter 16; the download and checksums: appendix 29; the tokenizer file: appendix 21)
+    # and evaluation (chapter 17)
     "load_multi30k",
     "train_tokenizer",
     "load_tokenizer",

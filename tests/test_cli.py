@@ -474,13 +474,13 @@ def run_config_of(options):
 
 
 def test_task_choices_come_from_the_registry(monkeypatch):
-    from annotated.app import tasks
+    from annotated.app import task_registry
 
-    class Reverse(tasks.CopyTask):
+    class Reverse(task_registry.CopyTask):
         name = "reverse"
 
-    monkeypatch.setitem(tasks.TASKS, "reverse", Reverse)
-    monkeypatch.setattr(cli, "TASKS", tasks.TASKS)
+    monkeypatch.setitem(task_registry.TASKS, "reverse", Reverse)
+    monkeypatch.setattr(cli, "TASKS", task_registry.TASKS)
     assert build_parser().parse_args(["train", "--task", "reverse"]).task == "reverse"
     help_text = " ".join(parsers()["train"].format_help().split())
     assert "{multi30k,copy,reverse}" in help_text and "100 for copy, 100 for reverse" in help_text

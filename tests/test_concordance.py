@@ -110,7 +110,7 @@ def test_adam_warm_up_and_smoothing_defaults_are_the_papers():
     smoothing, as the page states them."""
     import inspect
 
-    from annotated.app.multi30k_task import Multi30kTraining
+    from annotated.app.multi30k_training import Multi30kTraining
 
     adam = inspect.signature(annotated.make_optimizer).parameters
     assert adam["betas"].default == (0.9, 0.98) and adam["eps"].default == 1e-9

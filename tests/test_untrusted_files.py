@@ -16,7 +16,7 @@ import pytest
 import torch
 from cli_helpers import SENTENCES, TINY, fails
 
-import annotated.app.multi30k_task as multi30k_task
+import annotated.app.multi30k_training as multi30k_training
 import annotated.data.tokenizer_file as tokenizer_file
 from annotated.app import main
 from annotated.data import Pair, save_tokenizer, train_tokenizer
@@ -251,7 +251,7 @@ def small_multi30k(monkeypatch):
     """Multi30k replaced by 20 sentence pairs: 'train --task multi30k' in about a second."""
     pairs = [Pair(*p) for p in SENTENCES]
     monkeypatch.setattr(
-        multi30k_task, "load_multi30k", lambda split, data_dir=None, direction="de-en": pairs
+        multi30k_training, "load_multi30k", lambda split, data_dir=None, direction="de-en": pairs
     )
 
 

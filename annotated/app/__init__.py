@@ -10,18 +10,18 @@ from annotated.app.config import (
     MODEL_FIELDS,
     PRESETS,
     RunOptions,
-    number,
-    positive,
+    number_type,
+    positive_type,
     ModelOptions,
     RunConfig,
-    pick,
+    from_options,
 )
-from annotated.app.copy_task import CopyOptions, CopyTask
-from annotated.app.multi30k_task import Multi30kOptions, Multi30kTraining, Multi30kTask
+from annotated.app.copy_training import CopyOptions, CopyTask
+from annotated.app.multi30k_training import Multi30kOptions, Multi30kTraining, Multi30kTask
 from annotated.app.run import CURVE_POINTS, train, add_to_curve
-from annotated.app.task import TaskDefaults, Task
-from annotated.app.tasks import TASKS, run_config, with_task_defaults
-from annotated.app.inference import Loaded, load_for_inference
+from annotated.app.task_base import TaskDefaults, Task
+from annotated.app.task_registry import TASKS, run_config, with_task_defaults
+from annotated.app.inference import LoadedModel, load_for_inference
 from annotated.app.onnx_export import OnnxTranslator, export_translator, check_export
 from annotated.app.onnx_graphs import MAX_SOURCE_TOKENS, EXTRA_TARGET_TOKENS, OPSET, export_copy
 
@@ -31,11 +31,11 @@ __all__ = [
     "MODEL_FIELDS",
     "PRESETS",
     "RunOptions",
-    "number",
-    "positive",
+    "number_type",
+    "positive_type",
     "ModelOptions",
     "RunConfig",
-    "pick",
+    "from_options",
     "CopyOptions",
     "CopyTask",
     "Multi30kOptions",
@@ -49,7 +49,7 @@ __all__ = [
     "TASKS",
     "run_config",
     "with_task_defaults",
-    "Loaded",
+    "LoadedModel",
     "load_for_inference",
     "OnnxTranslator",
     "export_translator",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from .config import PRESETS, RunConfig, number, positive
+from .config import PRESETS, RunConfig, number_type, positive_type
 from .inference import check_beam, load_for_inference, source_lines
 from .onnx_export import add_command as add_export_onnx
 from .onnx_graphs import EXTRA_TARGET_TOKENS
@@ -27,7 +27,7 @@ from annotated.app.parser import (
     add_train_options,
 )
 from .run import train
-from .tasks import TASKS, run_config, with_task_defaults
+from .task_registry import TASKS, run_config, with_task_defaults
 from ..check.command import add_check_command
 from ..data.multi30k import MULTI30K_SIZES, check_direction, load_multi30k
 from ..data.tokenizer import decode
@@ -35,7 +35,7 @@ from ..decoding.evaluation import translate_ids
 from ..decoding.report import bleu_report
 from ..training.checkpoint import Checkpoint, load_checkpoint
 from ..runs.folder_lock import run_lock
-from ..runs.interrupts import Signals
+from ..runs.interrupts import RunStopped, Signals
 from ..runs.processes import device_of, start_runtime, stop_runtime
 from annotated.runs.folder import (
     MANIFEST,
@@ -45,7 +45,7 @@ from annotated.runs.folder import (
     writable_file,
     writable_folder,
 )
-from ..runs.records import Stop, write_results
+from ..runs.records import write_results
 
 # %% ../../notebooks/22_command_line.ipynb #c006
 def build_parser() -> argparse.ArgumentParser:
@@ -67,14 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="model file written by 'train' (OUT/model.safetensors, or --export-half's)")
         p.add_argument("--tokenizer", default=None,
                        help="tokenizer file (default: tokenizer.json next to the checkpoint)")
-        p.add_argument("--beam", type=positive(int), default=4,
+        p.add_argument("--beam", type=positive_type(int), default=4,
                        help="beam size; 1 means greedy decoding (default 4)")
-        p.add_argument("--alpha", type=number(float, at_least=0), default=0.6,
+        p.add_argument("--alpha", type=number_type(float, at_least=0), default=0.6,
                        help="length penalty alpha (default 0.6)")
         p.add_argument("--device", default=None, help="cpu or cuda (default cpu)")
         add_direction_check(p)
     evaluate.add_argument("--split", default="test_2016_flickr", help="val or test_2016_flickr (default)")
-    evaluate.add_argument("--limit", type=positive(int), default=None, help="score only the first N sentences")
+    evaluate.add_argument("--limit", type=positive_type(int), default=None, help="score only the first N sentences")
     evaluate.add_argument("--results", default=None, help="write the report as JSON to this file")
     evaluate.add_argument("--hypotheses", default=None, metavar="DIR",
         help="also write the translations to DIR/SPLIT.greedy.LANG (and SPLIT.beamN.LANG), LANG the target language")
@@ -158,7 +158,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             if signals.received is None:  # not one that Signals caught
                 raise
             stop = _interrupted_early(cfg, run, signals, resumed)
-        except Stop as err:  # a signal or a diverging run: the message says what was kept
+        except RunStopped as err:  # a signal or a diverging run: the message says what was kept
             stop = err
         else:
             return 0
@@ -167,7 +167,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 # %% ../../notebooks/22_command_line.ipynb #c008e
-def _interrupted_early(cfg: RunConfig, run: str, signals: Signals, resumed) -> Stop:
+def _interrupted_early(cfg: RunConfig, run: str, signals: Signals, resumed) -> RunStopped:
     """The line of a run stopped before it trained: what its folder keeps (a resumed run's checkpoint)."""
     folder = RunFolder(cfg.run.out, run, {}, cfg.run.task, main=True)
     folder.saved_step = resumed.step if resumed else None
@@ -176,7 +176,7 @@ def _interrupted_early(cfg: RunConfig, run: str, signals: Signals, resumed) -> S
 
 def _train_in_folder(cfg: RunConfig, run: str, argv: list[str], signals, resumed) -> None:
     """Train in cfg.run.out, held by this run alone; a run that writes nothing there leaves no folder."""
-    made, out, rt = [], Path(cfg.run.out), None  # (folder created, folder) by the checks
+    made, out, runtime = [], Path(cfg.run.out), None  # (folder created, folder) by the checks
     main_process = int(os.environ.get("RANK", "0")) == 0  # the one that writes the run folder
     try:
         made.append((writable_folder(out, "--out"), out))
@@ -188,15 +188,15 @@ def _train_in_folder(cfg: RunConfig, run: str, argv: list[str], signals, resumed
                 print(f"removed the temporary files that a killed save left in {out}")
             if main_process and resumed is None:
                 (out / MANIFEST).unlink(missing_ok=True)  # the folder is this run's now, unfinished
-            rt = start_runtime(cfg.run.device)
-            train(cfg, rt, run, argv, signals, resumed)
+            runtime = start_runtime(cfg.run.device)
+            train(cfg, runtime, run, argv, signals, resumed)
     except BaseException:
         for created, folder in reversed(made):  # a run that wrote nothing leaves no empty folder
             remove_created(created, folder)
         raise
     finally:
-        if rt is not None:
-            stop_runtime(rt)
+        if runtime is not None:
+            stop_runtime(runtime)
     return 0
 
 # %% ../../notebooks/22_command_line.ipynb #c009
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # recorded in the results file
     try:
         return args.func(args)
-    except Stop as stop:  # a signal or a diverging run: the message says what was kept
+    except RunStopped as stop:  # a signal or a diverging run: the message says what was kept
         print(stop, file=sys.stderr)
         return stop.code
     except KeyboardInterrupt:

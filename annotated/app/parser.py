@@ -12,8 +12,8 @@ import dataclasses
 
 from annotated.decoding.copy_decoding import COPY_MODEL
 from annotated.data.multi30k import DIRECTIONS
-from annotated.app.config import MODEL_FIELDS, PRESETS, RunOptions, number, positive
-from annotated.app.tasks import TASKS
+from annotated.app.config import MODEL_FIELDS, PRESETS, RunOptions, number_type, positive_type
+from annotated.app.task_registry import TASKS
 
 
 # %% ../../notebooks/22_command_line.ipynb #c004c
@@ -41,7 +41,7 @@ class OneLineErrors(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
 
 
-def per_task(name: str) -> str:
+def defaults_by_task(name: str) -> str:
     """The tasks' defaults of one option, as the help text names them ("4000 for multi30k, 100 for copy")."""
     return ", ".join(
         f"{getattr(t.defaults, name)} for {key}" for key, t in TASKS.items() if hasattr(t.defaults, name)
@@ -59,7 +59,7 @@ def add_model_options(train: argparse.ArgumentParser) -> None:
         whose = "the package's" if f.name in NOT_IN_PAPER else "the paper's"
         note = f"default: {whose} {default}" + (f"; copy task: {small}" if small is not None else "")
         if any(hasattr(task.defaults, f.name) for task in TASKS.values()):
-            note = f"default {per_task(f.name)}"
+            note = f"default {defaults_by_task(f.name)}"
         if f.name in MODEL_HELP:
             note = f"{MODEL_HELP[f.name]}; {note}"
         if f.type is bool and f.default:  # on in the paper: the option turns it off
@@ -70,7 +70,7 @@ def add_model_options(train: argparse.ArgumentParser) -> None:
                                help=f"model: {f.name} = True ({note})")
         else:
             kind = int if f.type == int | None else f.type  # d_k: None (d_model / h) unless given
-            kind = number(float) if kind is float else kind  # dropout: finite; the config checks its range
+            kind = number_type(float) if kind is float else kind  # dropout: finite; the config checks its range
             model.add_argument(flag, type=kind, default=None, help=f"model: {f.name} ({note})")
 
 
@@ -82,7 +82,7 @@ def run_defaults(parser: argparse.ArgumentParser) -> None:
 
 def add_train_options(train: argparse.ArgumentParser) -> None:
     run_defaults(train)
-    add, pos_int, pos_float = train.add_argument, positive(int), positive(float)
+    add, pos_int, pos_float = train.add_argument, positive_type(int), positive_type(float)
     add("--task", choices=list(TASKS),
         help="what to learn: Multi30k German->English, or copying random sequences (chapter 13)")
     add("--preset", choices=list(PRESETS), default=None,
@@ -92,22 +92,22 @@ def add_train_options(train: argparse.ArgumentParser) -> None:
     add("--steps", type=pos_int, help="stop after this many optimizer updates")
     add("--minutes", type=pos_float, help="stop after this much wall-clock time")
     add_model_options(train)
-    add("--label-smoothing", type=number(float), help="epsilon_ls of §5.4 (default %(default)s)")
+    add("--label-smoothing", type=number_type(float), help="epsilon_ls of §5.4 (default %(default)s)")
     add("--warmup", type=pos_int,
-        help=f"warm-up updates of the learning-rate schedule (§5.3; default {per_task('warmup')})")
+        help=f"warm-up updates of the learning-rate schedule (§5.3; default {defaults_by_task('warmup')})")
     add("--no-warmup", action="store_true",
         help="start at the schedule's peak and hold it for --warmup updates, then decay (an ablation; "
         "make_scheduler's hold_peak)")
     add("--lr-factor", type=pos_float,
-        help=f"multiplies the schedule of §5.3, make_scheduler's factor (default {per_task('lr_factor')})")
+        help=f"multiplies the schedule of §5.3, make_scheduler's factor (default {defaults_by_task('lr_factor')})")
     add("--decay-to", type=pos_int, metavar="N",
         help="after the warm-up, lower the rate linearly from its peak to 0 at update N "
         "(default: the inverse square root of §5.3)")
     add("--eval-every", type=pos_int,
         help="validation every N updates: perplexity (multi30k), or held-out exact match (copy), "
-        f"and a weight snapshot (default {per_task('eval_every')})")
+        f"and a weight snapshot (default {defaults_by_task('eval_every')})")
     add("--log-every", type=pos_int,
-        help=f"print the training loss every N updates (default {per_task('log_every')})")
+        help=f"print the training loss every N updates (default {defaults_by_task('log_every')})")
     add("--average", type=pos_int,
         help="also average the last N weight snapshots, one per --eval-every updates (§6.1; "
         "multi30k keeps the average when its validation loss is lower; 1: off; default %(default)s)")

@@ -29,9 +29,7 @@ class TransformerConfig:
     position_init: str = "xavier"  # learned positions: "xavier", or "sinusoid": N(0, 1/2), their RMS
     scale_attention: bool = True  # §3.2.1: scores / sqrt(d_k); False only for an ablation
     tie_output: bool = True  # §3.4: the pre-softmax projection reuses the target embedding matrix
-    shared_vocab: bool = (
-        False  # §3.4: one vocabulary for both sides, so one embedding matrix for all three
-    )
+    shared_vocab: bool = False  # §3.4: one vocabulary, so one embedding matrix for all three
     embedding_init: str = "xavier"  # "xavier", or "normal": N(0, 1/d_model) for the embeddings
 
     def __post_init__(self):

@@ -23,22 +23,21 @@ from annotated.runs.folder import (
     resume_into,
 )
 from annotated.runs.folder_lock import LOCK, HOLDER, run_lock
-from annotated.runs.interrupts import Signals
+from annotated.runs.interrupts import Signals, RunStopped
 from annotated.runs.processes import (
     Runtime,
     device_of,
     start_runtime,
     stop_runtime,
     replica_max_diff,
+    same_on_every_process,
 )
 from annotated.runs.records import (
-    same_on_every_process,
     git_commit,
-    hardware,
+    describe_hardware,
     run_record,
-    strict,
+    json_safe,
     write_results,
-    Stop,
 )
 from annotated.runs.snapshot_files import read_snapshot
 
@@ -60,6 +59,7 @@ __all__ = [
     "HOLDER",
     "run_lock",
     "Signals",
+    "RunStopped",
     "Runtime",
     "device_of",
     "start_runtime",
@@ -67,10 +67,9 @@ __all__ = [
     "replica_max_diff",
     "same_on_every_process",
     "git_commit",
-    "hardware",
+    "describe_hardware",
     "run_record",
-    "strict",
+    "json_safe",
     "write_results",
-    "Stop",
     "read_snapshot",
 ]

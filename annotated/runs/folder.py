@@ -20,8 +20,8 @@ from torch import nn
 from ..files import WriteError, atomic_write, sha256_of
 from ..training.checkpoint import Checkpoint, save_checkpoint
 from ..training.model_file import save_model
-from .interrupts import Signals
-from .records import Stop, write_results
+from .interrupts import RunStopped, Signals
+from .records import write_results
 from .snapshot_files import read_snapshot
 
 
@@ -223,7 +223,7 @@ class RunFolder(RunSaves):
             if self.saved_step is not None
             else "no checkpoint had been saved yet"
         )
-        raise Stop(
+        raise RunStopped(
             f"error: training diverged: {what if isinstance(what, str) else f'loss {what}'} at "
             f"update {step}; {kept} (lower --lr-factor or raise --warmup)",
             3,
@@ -242,7 +242,7 @@ class RunFolder(RunSaves):
                 "trained or saved; raise --minutes"
             )
 
-    def interrupted(self, signals: Signals, step: int | None) -> Stop:
+    def interrupted(self, signals: Signals, step: int | None) -> RunStopped:
         """The last line of a stopped run: the update that checkpoint.pt keeps, and how to go on."""
         name, path = signal.Signals(signals.received).name, self.out / "checkpoint.pt"
         go_on = f"continue with: python -m annotated train --resume {self.out}"
@@ -253,7 +253,7 @@ class RunFolder(RunSaves):
         else:  # stopped at once by a signal too many (step None): the updates since are lost
             where = f"{path} keeps update {self.saved_step}; {go_on}"
         at = "" if step is None else f" at update {step}"
-        return Stop(f"interrupted by {name}{at}: {where}", 128 + signals.received)
+        return RunStopped(f"interrupted by {name}{at}: {where}", 128 + signals.received)
 
 
 # %% ../../notebooks/30_runs.ipynb #c014

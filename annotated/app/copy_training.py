@@ -17,9 +17,9 @@ from ..decoding.copy_decoding import COPY_MODEL, exact_match
 from ..model.transformer import Transformer, TransformerConfig
 from ..training.long_runs import CheckedBatch
 from ..training.model_file import save_model
-from .config import positive
+from .config import positive_type
 from .memory import activation_bytes, check_memory, check_positions
-from .task import Task, TaskDefaults
+from .task_base import Task, TaskDefaults
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +44,7 @@ class CopyOptions:
             ("--batch-size", "sequences per update, over all processes together"),
             ("--eval-size", "held-out sequences for the exact match"),
         ):
-            group.add_argument(flag, type=positive(int), help=f"copy: {what} (default %(default)s)")
+            group.add_argument(flag, type=positive_type(int), help=f"copy: {what} (default %(default)s)")
 
 
 # %% ../../notebooks/31_tasks.ipynb #c011c
@@ -66,10 +66,10 @@ class CopyTask(Task):
 
     def prepare(self, folder, resumed) -> None:
         opt, seed = self.opt, self.cfg.run.seed
-        if opt.batch_size % self.rt.world_size:
+        if opt.batch_size % self.runtime.world_size:
             raise ValueError(
                 f"--batch-size must be divisible by the number of processes, "
-                f"got {opt.batch_size} and {self.rt.world_size}"
+                f"got {opt.batch_size} and {self.runtime.world_size}"
             )
         self.held = next(copy_batches(1, opt.eval_size, opt.seq_len, opt.copy_vocab, seed + 1, opt.min_len))
 
@@ -77,13 +77,13 @@ class CopyTask(Task):
         return Transformer(self.model_config(self.opt.copy_vocab))
 
     def batches(self, step: int, so_far: dict) -> Iterator[CheckedBatch]:
-        opt, rt = self.opt, self.rt
+        opt, world_size, rank = self.opt, self.runtime.world_size, self.runtime.rank
         stream = copy_batches(None, opt.batch_size, opt.seq_len, opt.copy_vocab, self.cfg.run.seed, opt.min_len,
                               exclude=self.held[0])
         for _ in range(step):  # the same stream: skip the batches a resumed run trained on
             next(stream)
         for src, tgt in stream:
-            yield CheckedBatch(src.chunk(rt.world_size)[rt.rank], tgt.chunk(rt.world_size)[rt.rank], COPY_PAD)
+            yield CheckedBatch(src.chunk(world_size)[rank], tgt.chunk(world_size)[rank], COPY_PAD)
 
     def evaluate(self, model, snapshots, step, seconds) -> tuple:
         now = round(exact_match(model, *self.held), 4)
@@ -99,7 +99,7 @@ class CopyTask(Task):
         final, avg = round(exact_match(model, *self.held), 4), round(exact_match(averaged, *self.held), 4)
         first = next(({"step": s, "seconds": t} for s, t, _, a in trained["evals"] if a == 1.0), None)
         print(f"held-out exact match: {final:.1%}, averaged over {len(snapshots)} snapshots {avg:.1%}")
-        training = {"steps": step, "wall_seconds": round(trained["wall"], 1), "processes": self.rt.world_size,
+        training = {"steps": step, "wall_seconds": round(trained["wall"], 1), "processes": self.runtime.world_size,
                     "batch_size": opt.batch_size, "seq_len": opt.seq_len, "min_len": opt.min_len,
                     "vocab_size": opt.copy_vocab, "label_smoothing": run.label_smoothing, "seed": run.seed,
                     **{k: getattr(run, k) for k in ("warmup", "no_warmup", "lr_factor", "decay_to")},

@@ -42,8 +42,8 @@ class Task:
     threads: int | None = None  # CPU threads per process while training (None: leave as is)
     pad_id: int = PAD_ID
 
-    def __init__(self, cfg: RunConfig, rt: Runtime):
-        self.cfg, self.rt = cfg, rt
+    def __init__(self, cfg: RunConfig, runtime: Runtime):
+        self.cfg, self.runtime = cfg, runtime
         self.opt = cfg.task  # the task's own options
 
     def check(self, device: torch.device) -> None:

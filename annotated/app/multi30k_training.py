@@ -24,9 +24,9 @@ from ..decoding.report import bleu_report
 from ..model.transformer import Transformer
 from ..training.long_runs import CheckedBatch
 from ..training.model_file import save_model
-from .config import number, positive
+from .config import number_type, positive_type
 from .memory import activation_bytes, check_memory, check_positions
-from .task import Task, TaskDefaults
+from .task_base import Task, TaskDefaults
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,13 +47,13 @@ class Multi30kOptions:
     def add_to(parser: argparse.ArgumentParser) -> None:
         """The group `multi30k task` of `train --help`: each option's default is Multi30kOptions' own."""
         parser.set_defaults(**dataclasses.asdict(Multi30kOptions()))
-        add, pos_int = parser.add_argument_group("multi30k task").add_argument, positive(int)
+        add, pos_int = parser.add_argument_group("multi30k task").add_argument, positive_type(int)
         add("--direction", choices=list(DIRECTIONS),
             help="multi30k: source-target languages, German->English or English->German (default %(default)s)")
         add("--max-tokens", type=pos_int, help="multi30k: padded tokens per batch and process (default %(default)s)")
         add("--vocab-size", type=pos_int, help="multi30k: shared BPE vocabulary size (default %(default)s)")
         add("--beam", type=pos_int, help="multi30k: beam size for the final test BLEU (default %(default)s)")
-        add("--alpha", type=number(float, at_least=0), help="multi30k: length penalty alpha for beam search (default %(default)s)")
+        add("--alpha", type=number_type(float, at_least=0), help="multi30k: length penalty alpha for beam search (default %(default)s)")
         add("--test-split", help="multi30k: split for the final BLEU (default %(default)s)")
         add("--no-test", action="store_true", help="multi30k: skip the final test-set BLEU")
         add("--export-half", help="multi30k: also save the model alone in half precision to this path")
@@ -101,8 +101,8 @@ class Multi30kTraining(Task):
         train, val = load("train"), load("val")
         self.test = None if opt.no_test else load(opt.test_split)  # now, not after
         path = folder.out / "tokenizer.json"
-        self.tok = _tokenizer(path, train, opt.vocab_size, resumed, self.rt.main)
-        if self.rt.main:  # every checkpoint names its tokenizer: another one of the same size is refused
+        self.tok = _tokenizer(path, train, opt.vocab_size, resumed, self.runtime.main)
+        if self.runtime.main:  # every checkpoint names its tokenizer: another one of the same size is refused
             folder.use_with["tokenizer_sha256"] = sha256_of(path)
             folder.use_with["direction"] = opt.direction  # and the languages it translates
         self.train_ex, self.val_ex = encode_pairs(self.tok, train), encode_pairs(self.tok, val)
@@ -117,11 +117,11 @@ class Multi30kTraining(Task):
     def batches(self, step: int, so_far: dict) -> Iterator[CheckedBatch]:
         self.epoch, self.position = so_far.get("epoch", 0), so_far.get("position", 0)
         while True:
-            seed, rank, world_size = self.cfg.run.seed + self.epoch, self.rt.rank, self.rt.world_size
+            seed, rank, world_size = self.cfg.run.seed + self.epoch, self.runtime.rank, self.runtime.world_size
             everything = list(token_batches(self.train_ex, self.opt.max_tokens, True, seed))
             shard = shard_batches(everything, rank, world_size)
             if not shard:
-                raise ValueError(f"the training data makes no batch for each of {self.rt.world_size} processes")
+                raise ValueError(f"the training data makes no batch for each of {self.runtime.world_size} processes")
             for i, (src, tgt) in enumerate(shard):
                 if i >= self.position:  # a resumed run skips what it trained on in this epoch
                     self.position = i + 1
@@ -140,12 +140,12 @@ class Multi30kTask(Multi30kTraining):
     """Multi30k's measures: validation perplexity while it trains, then the averaged weights and BLEU."""
 
     def evaluate(self, model, snapshots, step, seconds) -> tuple:
-        val = evaluate_loss(model, self.val_ex, self.opt.max_tokens, self.rt.device)
+        val = evaluate_loss(model, self.val_ex, self.opt.max_tokens, self.runtime.device)
         print(f"step {step}  val loss {val['loss']:.3f}  perplexity {val['perplexity']:.2f}")
         return (step, round(val["loss"], 4), round(val["perplexity"], 3))
 
     def report(self, model, snapshots, trained, folder) -> dict:
-        opt, run, step, device = self.opt, self.cfg.run, trained["steps"], self.rt.device
+        opt, run, step, device = self.opt, self.cfg.run, trained["steps"], self.runtime.device
         val, used = {"final": evaluate_loss(model, self.val_ex, opt.max_tokens, device)}, "final"
         if len(snapshots) > 1:
             averaged = snapshots.average(model)

@@ -8,10 +8,10 @@ __all__ = ['TASKS', 'run_config', 'with_task_defaults']
 # %% ../../notebooks/31_tasks.ipynb #c002
 import dataclasses
 
-from .config import ModelOptions, RunConfig, RunOptions, pick
-from .task import Task
-from .copy_task import CopyTask
-from .multi30k_task import Multi30kTask
+from .config import ModelOptions, RunConfig, RunOptions, from_options
+from .task_base import Task
+from .copy_training import CopyTask
+from .multi30k_training import Multi30kTask
 
 
 # %% ../../notebooks/31_tasks.ipynb #c013y
@@ -20,11 +20,11 @@ TASKS: dict[str, type[Task]] = {"multi30k": Multi30kTask, "copy": CopyTask}  # a
 
 def run_config(options: dict) -> RunConfig:
     """The RunConfig of the options named in `options` (a parsed command line, a saved run), by name."""
-    run = pick(RunOptions, options)
+    run = from_options(RunOptions, options)
     if run.task not in TASKS:
         raise ValueError(f"task must be one of {list(TASKS)}, got {run.task!r}")
     own = TASKS[run.task].Options
-    return RunConfig(run, pick(ModelOptions, options), None if own is None else pick(own, options))
+    return RunConfig(run, from_options(ModelOptions, options), None if own is None else from_options(own, options))
 
 
 def with_task_defaults(cfg: RunConfig) -> RunConfig:
