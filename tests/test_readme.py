@@ -118,3 +118,27 @@ def test_the_chapter_table_lists_every_notebook_of_the_book_in_its_order():
     for name in listed:  # the link text starts with the notebook's number
         row = next(line for line in table.splitlines() if f"(notebooks/{name}.ipynb)" in line)
         assert row.startswith(f"| [{name.split('_', 1)[0]} · "), row
+
+
+def test_every_module_the_reading_table_names_exists():
+    """The table's last column names each chapter's modules (`.name` continues the last full name's
+    package): a renamed or removed module must be renamed there too."""
+    package = README.parent
+    named = []
+    for line in README.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("| ["):
+            continue
+        base = None
+        for name in re.findall(r"`(\.?[A-Za-z_][\w.]*)`", line.rsplit(" | ", 1)[-1]):
+            if name.startswith("annotated"):  # a package's own name is the base of what follows it
+                full = name
+                is_package = (package / name.replace(".", "/") / "__init__.py").is_file()
+                base = name if is_package else name.rsplit(".", 1)[0]
+            elif name.startswith(".") and base is not None:
+                full = base + name
+            else:
+                continue
+            named.append(full)
+            path = package / full.replace(".", "/")
+            assert path.with_suffix(".py").is_file() or (path / "__init__.py").is_file(), full
+    assert len(named) > 20, named
