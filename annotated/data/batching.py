@@ -7,7 +7,7 @@ __all__ = ['pad_batch', 'length_batches', 'token_batches', 'pad_fraction']
 
 # %% ../../notebooks/16_translation.ipynb #c031
 # Shapes: B batch, S source length, T target length the decoder reads (BOS and the target, without
-# EOS; book/notation.md), n_vocab vocabulary size.
+# EOS; the book's notation), n_vocab vocabulary size.
 import random
 from collections.abc import Iterable, Iterator, Sequence
 

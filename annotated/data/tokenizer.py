@@ -7,7 +7,7 @@ __all__ = ['SPECIALS', 'PAD_ID', 'BOS_ID', 'EOS_ID', 'UNK_ID', 'train_tokenizer'
 
 # %% ../../notebooks/16_translation.ipynb #c002
 # Shapes: B batch, S source length, T target length the decoder reads (BOS and the target, without
-# EOS; book/notation.md), n_vocab vocabulary size.
+# EOS; the book's notation), n_vocab vocabulary size.
 from collections.abc import Iterable, Sequence
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
