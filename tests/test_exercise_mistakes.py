@@ -320,7 +320,7 @@ MISTAKES = {
         ),
     ],
     ("10_decoder", "my_decode_one_at_a_time"): [
-        ("the prefix one short", "prefix = y[:, : t + 1]", "prefix = y[:, :t]"),
+        ("the prefix one short", "prefix = x[:, : t + 1]", "prefix = x[:, :t]"),
         ("the first position kept", "[:, -1])  # (B, D)", "[:, 0])  # (B, D)"),
         ("no causal mask on the prefix", "causal_mask(t + 1)", "None"),
     ],

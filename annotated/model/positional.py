@@ -34,7 +34,10 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
 
 # %% ../../notebooks/05_positional_encoding.ipynb #c018
 def relative_shift_matrix(delta: int, d_model: int) -> Tensor:
-    """Build M_Δ with PE(pos + Δ) = M_Δ @ PE(pos) for every pos (Δ = delta): 2x2 rotations by omega_i * Δ (§3.5)."""
+    """Build M_Δ with PE(pos + Δ) = M_Δ @ PE(pos) for every pos (Δ = delta) (§3.5).
+
+    Its 2x2 blocks turn each (sin, cos) pair by -omega_i * Δ: clockwise in the (sin, cos) plane.
+    """
     if d_model % 2:
         raise ValueError(
             f"the shift matrix pairs sin with cos columns, so d_model must be even, got d_model={d_model}"
