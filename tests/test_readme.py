@@ -57,7 +57,14 @@ def test_the_start_here_box_states_the_core_paths_length_as_it_is():
     assert chapters == len(core)
     assert abs(said_words - words) <= 0.1 * words, f"the core path has {words} words now"
     assert abs(said_lines - lines) <= 0.1 * lines, f"the core path has {lines} lines of code now"
-    hours = {"two": 2, "two and a half": 2.5, "two and three quarter": 2.75, "three": 3}
+    hours = {
+        "two": 2,
+        "two and a half": 2.5,
+        "two and three quarter": 2.75,
+        "three": 3,
+        "three and a quarter": 3.25,
+        "three and a half": 3.5,
+    }
     reading = re.search(
         r"some ([a-z ]+?) hours? of reading at (\d+) words a minute",
         " ".join(README.read_text(encoding="utf-8").replace(">", " ").split()),
