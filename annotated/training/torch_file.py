@@ -19,8 +19,8 @@ import torch
 # bytes of the pickled part: 0.1 MiB for the paper's base model with Adam's state, plus about 20 bytes
 # per update of loss curve (2 MiB after the base model's 100K updates, 6 MiB after the big one's 300K).
 # Unpickling can hold ~72 times the bytes (each `}` byte: a 64-byte empty dict and its 8-byte stack slot).
-_MAX_PICKLE = 2**24
-_MAX_MEMBERS = 2**14  # the paper's base model with Adam's state: 1,027 members (a file per tensor)
+_MAX_PICKLE = 16 * 2**20  # 16 MiB: about eight times that of the base model after 100K updates
+_MAX_MEMBERS = 16_384  # the paper's base model with Adam's state: 1,027 members (a file per tensor)
 
 
 def _member_sizes(path, f: BinaryIO, kind: str = "checkpoint") -> dict[str, int]:
