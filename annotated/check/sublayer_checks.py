@@ -42,7 +42,9 @@ def own_norms(module: nn.Module, run: Callable[[], object], x: Tensor, memory: T
             raise Failure(f"the LayerNorm {steps[i][0]} and the one {steps[j][0]} apply the same gain and "
                           "bias, though every parameter was set to its own random value: one LayerNorm "
                           "serves both, where §3.1 gives each sub-layer's Add & Norm its own")
-    return f"each of the {len(steps)} Add & Norm steps has a LayerNorm of its own"
+    ends_in_norm = norm_first and final_norm  # the last step is then the pre-LN stack's final LayerNorm
+    final = ", and the stack's final norm," if ends_in_norm else ""
+    return f"each of the {len(steps) - ends_in_norm} Add & Norm steps{final} has a LayerNorm of its own"
 
 # %% ../../notebooks/25_check_model.ipynb #f1a0d7c4
 def norm_steps(calls: list[Call], x: Tensor, out: Tensor, norm_first: bool, final_norm: bool,
