@@ -26,7 +26,7 @@ def check_tokens(tokens: Tensor, name: str = "tokens") -> None:
 
 # %% ../../notebooks/03_masks.ipynb #60d6c83a
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
-    """Return True where a key is a real token and False where it is padding (§3.2.3)."""
+    """Return True where a key is a real token and False where it is padding (not in the paper)."""
     check_tokens(tokens)
     return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, S)
 
