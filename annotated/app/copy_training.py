@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import torch
 
-from ..data.copy_sequences import PAD as COPY_PAD, copy_batches
+from ..data.copy_sequences import copy_batches
+from ..data.vocab import PAD
 from ..decoding.copy_decoding import COPY_MODEL, exact_match
 from ..model.transformer import Transformer, TransformerConfig
 from ..training.long_runs import CheckedBatch
@@ -49,7 +50,7 @@ class CopyOptions:
 
 # %% ../../notebooks/31_tasks.ipynb #c011c
 class CopyTask(Task):
-    name, title, threads, pad_id = "copy", "copy", 1, COPY_PAD
+    name, title, threads, pad_id = "copy", "copy", 1, PAD
     Options = CopyOptions
     defaults = TaskDefaults(warmup=100, lr_factor=0.5, eval_every=50, log_every=100, embedding_init="xavier")
 
@@ -83,7 +84,7 @@ class CopyTask(Task):
         for _ in range(step):  # the same stream: skip the batches a resumed run trained on
             next(stream)
         for src, tgt in stream:
-            yield CheckedBatch(src.chunk(world_size)[rank], tgt.chunk(world_size)[rank], COPY_PAD)
+            yield CheckedBatch(src.chunk(world_size)[rank], tgt.chunk(world_size)[rank], PAD)
 
     def evaluate(self, model, snapshots, step, seconds) -> tuple:
         now = round(exact_match(model, *self.held), 4)

@@ -17,7 +17,8 @@ from ..files import sha256_of
 from ..data.batching import token_batches
 from ..data.multi30k import DIRECTIONS, MULTI30K_SIZES, load_multi30k
 from ..data.sharding import shard_batches
-from ..data.tokenizer import PAD_ID, encode_pairs, train_tokenizer
+from ..data.tokenizer import encode_pairs, train_tokenizer
+from ..data.vocab import PAD
 from ..data.tokenizer_file import load_tokenizer, save_tokenizer
 from ..decoding.evaluation import evaluate_loss
 from ..decoding.report import bleu_report
@@ -125,7 +126,7 @@ class Multi30kTraining(Task):
             for i, (src, tgt) in enumerate(shard):
                 if i >= self.position:  # a resumed run skips what it trained on in this epoch
                     self.position = i + 1
-                    yield CheckedBatch(src, tgt, PAD_ID)
+                    yield CheckedBatch(src, tgt, PAD)
             self.epoch, self.position = self.epoch + 1, 0
 
     def progress(self) -> dict:
