@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from annotated.data import strip_specials
+from annotated.data import BOS, PAD, strip_specials
 from annotated.model import Transformer, TransformerConfig, make_model
 from annotated.training import (
     Batch,
@@ -32,7 +32,7 @@ from annotated.training import (
 )
 from conftest import random_batch
 
-PAD, BOS, V = 0, 1, 10
+V = 10
 TINY = {"n_layers": 1, "d_model": 16, "d_ff": 32, "n_heads": 2}
 
 
