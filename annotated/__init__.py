@@ -45,8 +45,10 @@ __all__ = [
     "Trainer",
     "average_weights",
     "Snapshots",
-    "SpecialIds",
-    "SPECIAL_IDS",
+    "PAD",
+    "BOS",
+    "EOS",
+    "UNK",
     "strip_specials",
     # checkpoints (appendix 21)
     "save_checkpoint",

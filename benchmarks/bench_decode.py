@@ -16,10 +16,11 @@ import time
 
 import torch
 
+from annotated.data import BOS, PAD
 from annotated.decoding import greedy_decode
 from annotated.model import make_model
 
-BOS, PAD, NEVER = 1, 0, -1  # NEVER: an eos_id outside the vocabulary, so every step runs
+NEVER = -1  # NEVER: an eos_id outside the vocabulary, so every step runs
 
 
 def timed_decode(model, src, n: int, use_cache: bool, repeats: int) -> tuple[float, torch.Tensor]:

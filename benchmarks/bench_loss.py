@@ -23,9 +23,10 @@ import torch
 import torch.nn.functional as F
 from _timing import median_ms
 
+from annotated.data import PAD
 from annotated.training import FastLabelSmoothingLoss
 
-PAD, EPS = 0, 0.1
+EPS = 0.1
 
 
 def main() -> None:

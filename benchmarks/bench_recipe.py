@@ -30,7 +30,7 @@ from annotated import PRESETS, make_model
 from annotated.app import run_config
 from annotated.data import (
     MULTI30K_ENV,
-    PAD_ID,
+    PAD,
     encode_pairs,
     load_multi30k,
     load_tokenizer,
@@ -53,7 +53,7 @@ def recipe_batches(data_dir: str, count: int, max_tokens: int) -> tuple[list[Che
     pairs = load_multi30k("train", data_dir)[:8000]
     examples = encode_pairs(tok, [(p.src, p.tgt) for p in pairs])
     stream = token_batches(examples, max_tokens, shuffle=True, seed=0)
-    batches = [CheckedBatch(src, tgt, PAD_ID) for src, tgt in islice(stream, count)]
+    batches = [CheckedBatch(src, tgt, PAD) for src, tgt in islice(stream, count)]
     return batches, tok.get_vocab_size()
 
 
@@ -105,7 +105,7 @@ def main() -> None:
         scheduler = noam_scheduler(
             optimizer, config["d_model"], recipe["warmup"], recipe["lr_factor"]
         )
-        loss_fn = FastLabelSmoothingLoss(vocab, PAD_ID, smoothing=0.1)
+        loss_fn = FastLabelSmoothingLoss(vocab, PAD, smoothing=0.1)
         net = torch.compile(model, dynamic=True) if compiled else model
         runs[name] = (net, loss_fn, optimizer, scheduler, data)
 

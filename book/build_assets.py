@@ -236,22 +236,22 @@ def write_landing_map() -> None:
     import torch
 
     from annotated.app import load_for_inference
-    from annotated.data import BOS_ID, EOS_ID, encode
+    from annotated.data import BOS, EOS, encode
     from annotated.decoding import translate_ids
     from annotated.model import causal_mask
 
     cpu = torch.device("cpu")
     model, tok, _ = load_for_inference(str(CHECKPOINT), None, cpu)
     source = encode(tok, sentence)
-    target = translate_ids(model, [source], 1, 0.0, cpu)[0] + [EOS_ID]
+    target = translate_ids(model, [source], 1, 0.0, cpu)[0] + [EOS]
     with torch.no_grad():
         memory = model.encode(torch.tensor([source]))  # (1, S, D)
-        tgt_in = torch.tensor([[BOS_ID, *target[:-1]]])  # (1, T)
+        tgt_in = torch.tensor([[BOS, *target[:-1]]])  # (1, T)
         _, _, cross = model.decode(
             memory, None, tgt_in, causal_mask(len(target)), need_weights=True
         )
     weights = cross[-1][0].mean(0)  # last layer, mean over heads: (T, S)
-    rows = [subword_label(tok.id_to_token(t)) if t != EOS_ID else "⟨end⟩" for t in target]
+    rows = [subword_label(tok.id_to_token(t)) if t != EOS else "⟨end⟩" for t in target]
     cols = [subword_label(tok.id_to_token(t)) for t in source]
     cell, left, top = 22, 8 + 8 * max(map(len, rows)), 12 + 7 * max(map(len, cols))
     width, height = left + cell * len(cols) + 4, top + cell * len(rows) + 4

@@ -17,10 +17,11 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from annotated.data import BOS, EOS, PAD
 from annotated.decoding import beam_search, length_penalty
 from annotated.model import KVCache
 
-PAD, BOS, EOS, A, B = 0, 1, 2, 3, 4
+A, B = 3, 4  # the two symbols after PAD, BOS, EOS
 V = 5
 
 # sentence -> prefix after BOS -> {token: probability}; "default": every other prefix (after EOS too)

@@ -342,7 +342,8 @@ def train_config(*args):
 def test_train_options_reach_the_config():
     argv = [a for flag, value in TRAIN_OPTIONS.items() for a in (flag, value) if a is not None]
     cfg = train_config(*argv)
-    assert (cfg.run.task, cfg.run.steps, cfg.run.minutes, cfg.run.results) == (
+    run_options = cfg.run_options
+    assert (run_options.task, run_options.steps, run_options.minutes, run_options.results) == (
         "copy",
         3,
         1.5,
@@ -353,7 +354,12 @@ def test_train_options_reach_the_config():
         "norm_first": True, "learned_positions": True, "scale_attention": False,
         "embedding_init": "normal",
     }  # fmt: skip
-    assert (cfg.run.warmup, cfg.run.lr_factor, cfg.run.eval_every, cfg.run.save_every) == (
+    assert (
+        run_options.warmup,
+        run_options.lr_factor,
+        run_options.eval_every,
+        run_options.save_every,
+    ) == (
         7,
         2.0,
         5,
@@ -424,11 +430,8 @@ def test_every_model_field_is_an_option_and_the_defaults_are_the_papers():
     cfg = train_config("--steps", "1")
     assert cfg.model.overrides() == {}  # no option given: the paper's model
     filled = with_task_defaults(cfg)
-    assert (filled.run.warmup, filled.model.embedding_init, filled.run.save_every) == (
-        4000,
-        "normal",
-        200,
-    )
+    assert filled.model.embedding_init == "normal"
+    assert (filled.run_options.warmup, filled.run_options.save_every) == (4000, 200)
     assert train_config("--no-scale-attention").model.scale_attention is False
     assert train_config("--no-tie-output").model.overrides() == {"tie_output": False}
     narrow = train_config("--d-k", "4", "--learned-positions", "--position-init", "sinusoid")
@@ -437,8 +440,9 @@ def test_every_model_field_is_an_option_and_the_defaults_are_the_papers():
         "learned_positions": True,
         "position_init": "sinusoid",
     }
-    assert train_config("--no-warmup").run.no_warmup and not cfg.run.no_warmup
-    assert train_config("--decay-to", "900").run.decay_to == 900 and cfg.run.decay_to is None
+    assert train_config("--no-warmup").run_options.no_warmup and not cfg.run_options.no_warmup
+    assert train_config("--decay-to", "900").run_options.decay_to == 900
+    assert cfg.run_options.decay_to is None
 
 
 def test_the_cpu_preset_is_the_recorded_recipe_and_given_options_win(monkeypatch):
@@ -450,7 +454,8 @@ def test_the_cpu_preset_is_the_recorded_recipe_and_given_options_win(monkeypatch
     assert main(["train", "--preset", "multi30k-cpu-60min", "--max-tokens", "2048"]) == 0
     cfg = run_config_of(seen)
     assert cfg.task.max_tokens == 2048  # given beside the preset: wins
-    assert cfg.run.minutes == 60 and cfg.run.warmup == 500 and cfg.run.lr_factor == 1.0
+    run_options = cfg.run_options
+    assert run_options.minutes == 60 and run_options.warmup == 500 and run_options.lr_factor == 1.0
     assert cfg.model.norm_first
     model = TransformerConfig(8000, 8000, shared_vocab=True, **cfg.model.overrides())
     # the model of results/multi30k; fields added since it was recorded take their defaults
@@ -463,7 +468,7 @@ def test_the_cpu_preset_is_the_recorded_recipe_and_given_options_win(monkeypatch
     assert PRESETS["multi30k-cpu-60min"]["max_tokens"] == 1024
     plain = run_config_of(vars(build_parser().parse_args(["train"])))
     assert (
-        plain.model.d_model is None and plain.run.minutes is None
+        plain.model.d_model is None and plain.run_options.minutes is None
     )  # without a preset: the paper's defaults
 
 

@@ -95,7 +95,7 @@ def test_decoding_and_averaging_defaults_are_the_papers():
     for limit in limits:
         assert limit(src, annotated.padding_mask(src, pad_id=0)).tolist() == [53, 54]
     # Averaging: the last 5 snapshots, unless a run asks otherwise.
-    assert annotated.RunConfig().run.average == 5
+    assert annotated.RunConfig().run_options.average == 5
     for row in (
         "$n_\\text{beam} = 4$",
         "$\\alpha = 0.6$",
@@ -116,7 +116,9 @@ def test_adam_warm_up_and_smoothing_defaults_are_the_papers():
     assert adam["betas"].default == (0.9, 0.98) and adam["eps"].default == 1e-9
     assert Multi30kTraining.defaults.warmup == 4000
     smoothing = inspect.signature(annotated.LabelSmoothingLoss).parameters["smoothing"].default
-    assert smoothing == annotated.RunConfig().run.label_smoothing == 0.1  # §5.4's epsilon_ls
+    assert (
+        smoothing == annotated.RunConfig().run_options.label_smoothing == 0.1
+    )  # §5.4's epsilon_ls
     for said in ("$\\beta_1 = 0.9$", "$\\beta_2 = 0.98$", "$\\epsilon_\\text{Adam} = 10^{-9}$"):
         assert said in PAGE
     assert "$warmup\\_steps = 4000$" in PAGE and "$\\epsilon_{ls} = 0.1$" in PAGE

@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from annotated.data import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
+    BOS,
+    EOS,
+    PAD,
     SPECIALS,
-    UNK_ID,
+    UNK,
     Pair,
     decode,
     encode,
@@ -47,16 +47,14 @@ def normalized(text: str) -> str:
 
 
 def test_specials_have_fixed_ids_and_the_vocab_has_the_asked_size(tok):
-    assert (
-        [tok.token_to_id(s) for s in SPECIALS] == [PAD_ID, BOS_ID, EOS_ID, UNK_ID] == [0, 1, 2, 3]
-    )
+    assert [tok.token_to_id(s) for s in SPECIALS] == [PAD, BOS, EOS, UNK] == [0, 1, 2, 3]
     assert tok.get_vocab_size() == 1000
 
 
 def test_one_vocabulary_covers_both_languages(tok, sample_pairs):
     for pair in sample_pairs[:300]:
         for text in pair:
-            assert UNK_ID not in encode(tok, text)
+            assert UNK not in encode(tok, text)
     assert len(encode(tok, "Männer")) <= 2 and len(encode(tok, "men")) == 1
 
 
@@ -86,9 +84,9 @@ def test_round_trip_property(tok, words, gaps):
 def test_encode_adds_no_specials_and_decode_skips_them(tok):
     ids = encode(tok, "Ein Hund.")
     assert all(i >= len(SPECIALS) for i in ids)
-    assert decode(tok, [BOS_ID, *ids, EOS_ID, PAD_ID, PAD_ID]) == "Ein Hund."
-    assert decode(tok, torch.tensor([BOS_ID, *ids, EOS_ID])) == "Ein Hund."
-    assert UNK_ID in encode(tok, "☃")  # a character never seen in training
+    assert decode(tok, [BOS, *ids, EOS, PAD, PAD]) == "Ein Hund."
+    assert decode(tok, torch.tensor([BOS, *ids, EOS])) == "Ein Hund."
+    assert UNK in encode(tok, "☃")  # a character never seen in training
 
 
 def test_save_load_and_determinism(tok, sample_pairs, tmp_path):
@@ -126,9 +124,9 @@ def random_examples(n: int, seed: int) -> list[tuple[list[int], list[int]]]:
 def unpad(src: torch.Tensor, tgt: torch.Tensor) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     rows = []
     for s, t in zip(src.tolist(), tgt.tolist(), strict=True):
-        s = [i for i in s if i != PAD_ID]
-        t = [i for i in t if i != PAD_ID]
-        assert t[0] == BOS_ID and t[-1] == EOS_ID
+        s = [i for i in s if i != PAD]
+        t = [i for i in t if i != PAD]
+        assert t[0] == BOS and t[-1] == EOS
         rows.append((tuple(s), tuple(t[1:-1])))
     return rows
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
+from annotated.data import BOS, EOS, PAD
 from annotated.decoding import (
     beam_search,
     greedy_decode,
@@ -22,7 +23,7 @@ from annotated.decoding import (
 )
 from annotated.model import DecoderCache, KVCache, causal_mask, make_model, padding_mask
 
-PAD, BOS, EOS, VOCAB = 0, 1, 2, 12
+VOCAB = 12
 SMALL = {"n_layers": 2, "d_model": 32, "d_ff": 64, "n_heads": 4, "dropout": 0.0}
 
 

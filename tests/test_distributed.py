@@ -11,12 +11,13 @@ import torch
 import torch.distributed as dist
 
 from annotated.app import main
+from annotated.data import PAD
 from annotated.model import make_model
 from annotated.training import CheckedBatch, FastLabelSmoothingLoss, train_step_at_scale
 from conftest import random_batch
 
 ROOT = Path(__file__).resolve().parents[1]
-PAD, BOS, V = 0, 1, 10
+V = 10
 LR = 0.5
 
 

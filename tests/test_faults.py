@@ -44,17 +44,17 @@ def tok():
     return train_tokenizer(SENTENCES, vocab_size=80)
 
 
-def make_run(folder: Path, tok, run="r1", **config) -> Path:
+def make_run(folder: Path, tok, run_id="r1", **config) -> Path:
     """Write what 'train' leaves for a Multi30k run, with an untrained tiny model."""
     folder.mkdir(parents=True, exist_ok=True)
     V = tok.get_vocab_size()
     torch.manual_seed(0)
     dims = {"n_layers": 1, "d_model": 16, "d_ff": 32, "n_heads": 2, "max_len": 80, **config}
     model = make_model(V, V, shared_vocab=True, **dims)
-    save_checkpoint(folder / "checkpoint.pt", model, step=1, task="multi30k", run=run)
-    save_model(folder / "model.safetensors", model, step=1, task="multi30k", run=run)
+    save_checkpoint(folder / "checkpoint.pt", model, step=1, task="multi30k", run=run_id)
+    save_model(folder / "model.safetensors", model, step=1, task="multi30k", run=run_id)
     save_tokenizer(tok, folder / "tokenizer.json")
-    write_manifest(folder, run, 1)
+    write_manifest(folder, run_id, 1)
     return folder / "model.safetensors"
 
 
@@ -305,8 +305,8 @@ def test_a_new_run_removes_stale_temporaries(capsys, tmp_path):
 
 
 def test_a_folder_mixing_two_runs_is_detected(capsys, monkeypatch, tmp_path, tok):
-    make_run(tmp_path / "old", tok, run="old")
-    make_run(tmp_path / "new", tok, run="new")
+    make_run(tmp_path / "old", tok, run_id="old")
+    make_run(tmp_path / "new", tok, run_id="new")
     os.replace(tmp_path / "new" / "model.safetensors", tmp_path / "old" / "model.safetensors")
     code, _, err = translate(capsys, monkeypatch, tmp_path / "old" / "model.safetensors", "x")
     assert code == 2 and "mixes files of two runs" in err and err.count("\n") == 1

@@ -21,7 +21,7 @@ from annotated.app import (
     load_for_inference,
     main,
 )
-from annotated.data import BOS_ID, PAD_ID, encode, save_tokenizer, train_tokenizer
+from annotated.data import BOS, PAD, encode, save_tokenizer, train_tokenizer
 from annotated.decoding import next_token_logits, translate_ids
 from annotated.files import sha256_of
 from annotated.model import causal_mask, make_model
@@ -78,7 +78,7 @@ def test_cross_attention_equals_pytorch(runner, python_model):
     for sentence in SENTENCES[:3]:
         src = torch.tensor([encode(tok, sentence)])  # (1, S)
         tokens, attention = runner.greedy(src[0].tolist())  # attention: (T, N, H, S)
-        ys = torch.tensor([[BOS_ID, *tokens]])  # (1, T)
+        ys = torch.tensor([[BOS, *tokens]])  # (1, T)
         copy = export_copy(model)
         with torch.no_grad():
             memory = copy.encode(src)  # (1, S, D)
@@ -94,9 +94,7 @@ def test_decoder_step_serves_a_beam_of_four(runner, python_model):
     model, tok = python_model
     src = encode(tok, SENTENCES[1])
     memory = {k: np.repeat(v, 4, axis=1) for k, v in runner.encode(src).items()}  # (N, 4, H, S, Dk)
-    ys = torch.tensor(
-        [[BOS_ID, 5, 9], [BOS_ID, 17, 9], [BOS_ID, 5, 40], [BOS_ID, 300, 2]]
-    )  # (4, 3)
+    ys = torch.tensor([[BOS, 5, 9], [BOS, 17, 9], [BOS, 5, 40], [BOS, 300, 2]])  # (4, 3)
     N, _, H, _, Dk = memory["cross_k"].shape
     cache = {name: np.zeros((N, 4, H, 0, Dk), np.float32) for name in ("self_k", "self_v")}
     for t in range(ys.size(1)):
@@ -203,19 +201,19 @@ def test_the_longest_output_the_page_allows(tiny):
     memory = runner.encode(src[0].tolist())
     N, _, H, _, Dk = memory["cross_k"].shape
     cache = {name: np.zeros((N, 1, H, 0, Dk), np.float32) for name in ("self_k", "self_v")}
-    ys, steps = [BOS_ID], []
+    ys, steps = [BOS], []
     for _ in range(limit):  # the page's greedy steps, as if EOS never came
         logits, cache["self_k"], cache["self_v"], _ = runner.decoder_step.run(
             None, {"token": np.array([ys[-1:]]), **memory, **cache}
         )
-        logits[:, PAD_ID] = -np.inf
+        logits[:, PAD] = -np.inf
         ys.append(int(logits[0].argmax()))
         steps.append(logits[0])
     with torch.no_grad():  # every step's logits at once, from the PyTorch model
         prefix = torch.tensor([ys[:-1]])  # (1, limit)
         states = model.decode(model.encode(src), None, prefix, causal_mask(limit))
         expected = model.generator(states)[0].numpy()  # (limit, V)
-    expected[:, PAD_ID] = -np.inf
+    expected[:, PAD] = -np.inf
     np.testing.assert_allclose(np.stack(steps), expected, atol=1e-4)
     assert cache["self_k"].shape[3] == limit  # one position per step
 
@@ -268,7 +266,7 @@ def test_float16_storage_leaves_the_outputs_bit_for_bit(tiny):
         cross_k, cross_v = encoder.run(None, {"src": src})
         N, _, H, _, Dk = cross_k.shape
         past = np.zeros((N, 1, H, 0, Dk), np.float32)
-        token = np.array([[BOS_ID]], dtype=np.int64)
+        token = np.array([[BOS]], dtype=np.int64)
         inputs = {
             "token": token,
             "cross_k": cross_k,

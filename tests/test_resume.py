@@ -120,7 +120,7 @@ def test_a_full_disk_while_saving_stays_a_write_error(tmp_path, monkeypatch):
 
     monkeypatch.setattr(files, "atomic_write", full)
     monkeypatch.setattr("annotated.training.checkpoint.atomic_write", full)
-    folder = RunFolder(tmp_path, run="r", options={}, task="copy", main=True)
+    folder = RunFolder(tmp_path, run_id="r", options={}, task="copy", main=True)
     tiny = make_model(5, 5, n_layers=1, d_model=8, d_ff=16, n_heads=2)
     with pytest.raises(WriteError, match="the disk is full.*no checkpoint had been saved yet"):
         folder.save(tiny, None, None, 1, {}, [])

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from annotated.data import SPECIAL_IDS, strip_specials
+from annotated.data import BOS, PAD, strip_specials
 from annotated.model import Transformer, TransformerConfig, make_model
 from annotated.training import (
     Batch,
@@ -32,7 +32,7 @@ from annotated.training import (
 )
 from conftest import random_batch
 
-PAD, BOS, V = 0, 1, 10
+V = 10
 TINY = {"n_layers": 1, "d_model": 16, "d_ff": 32, "n_heads": 2}
 
 
@@ -522,10 +522,10 @@ def test_snapshots_keep_the_last_and_average_them():
 
 
 def test_one_set_of_special_ids_and_one_strip():
-    from annotated.data import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, SPECIALS, UNK_ID
+    from annotated.data import BOS, EOS, PAD, SPECIALS, UNK
 
-    assert (PAD, BOS, EOS) == (PAD_ID, BOS_ID, EOS_ID) == (0, 1, 2) and UNK_ID == 3
-    assert SPECIALS == SPECIAL_IDS.names == ("<pad>", "<bos>", "<eos>", "<unk>")
+    assert (PAD, BOS, EOS, UNK) == (0, 1, 2, 3)
+    assert SPECIALS == ("<pad>", "<bos>", "<eos>", "<unk>")  # the tokens, in id order
     assert strip_specials(torch.tensor([1, 5, 0, 6, 2, 7, 2, 0])) == [5, 6]  # up to the first EOS
     assert strip_specials([1, 4, 4]) == [4, 4] and strip_specials([1, 2]) == []
 

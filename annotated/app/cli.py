@@ -98,7 +98,7 @@ def _typed(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, argpar
     return {t: actions[t] for a in argv if (t := a.split("=", 1)[0]) in actions}
 
 
-def _refuse_changed(args: argparse.Namespace, own: dict, run: str) -> None:
+def _refuse_changed(args: argparse.Namespace, own: dict, run_id: str) -> None:
     """Refuse an option given again with a value other than the resumed run's own (the budget aside)."""
     for flag, action in _typed(_subcommand(build_parser(), "train"), args.argv).items():
         name, value = action.dest, getattr(args, action.dest)
@@ -110,7 +110,7 @@ def _refuse_changed(args: argparse.Namespace, own: dict, run: str) -> None:
             else:
                 differs = f"{flag} {value} differs from its {own[name]!r}"
             raise ValueError(
-                f"--resume continues run {run} with its own options, but {differs}"
+                f"--resume continues run {run_id} with its own options, but {differs}"
             )
 
 
@@ -139,25 +139,25 @@ def resume_config(args: argparse.Namespace) -> tuple[RunConfig, Checkpoint]:
 def cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
         cfg, resumed = resume_config(args)
-        run = resumed.extra["run"]
+        run_id = resumed.extra["run"]
     elif args.steps is None and args.minutes is None:
         raise ValueError("train needs a budget: --steps N, --minutes M, or both")
     else:
-        cfg, resumed, run = with_task_defaults(run_config(vars(args))), None, uuid.uuid4().hex[:12]
-    if cfg.run.decay_to is not None and cfg.run.decay_to <= cfg.run.warmup:
+        cfg, resumed, run_id = with_task_defaults(run_config(vars(args))), None, uuid.uuid4().hex[:12]
+    if cfg.run_options.decay_to is not None and cfg.run_options.decay_to <= cfg.run_options.warmup:
         raise ValueError(
             f"--decay-to must be above --warmup (the rate falls after its peak), "
-            f"got {cfg.run.decay_to} and {cfg.run.warmup}"
+            f"got {cfg.run_options.decay_to} and {cfg.run_options.warmup}"
         )
-    device = device_of(cfg.run.device)
-    TASKS[cfg.run.task](cfg, None).check(device)  # the whole run, its model too, before --out is touched
+    device = device_of(cfg.run_options.device)
+    TASKS[cfg.run_options.task](cfg, None).check(device)  # the whole run, its model too, before --out is touched
     with Signals() as signals:  # until the last line: a late second Ctrl-C cuts nothing short
         try:
-            _train_in_folder(cfg, run, args.argv, signals, resumed)
+            _train_in_folder(cfg, run_id, args.argv, signals, resumed)
         except KeyboardInterrupt:  # a signal before `train` took over (the lock, the processes)
             if signals.received is None:  # not one that Signals caught
                 raise
-            stop = _interrupted_early(cfg, run, signals, resumed)
+            stop = _interrupted_early(cfg, run_id, signals, resumed)
         except RunStopped as err:  # a signal or a diverging run: the message says what was kept
             stop = err
         else:
@@ -167,16 +167,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 # %% ../../notebooks/22_command_line.ipynb #c008e
-def _interrupted_early(cfg: RunConfig, run: str, signals: Signals, resumed) -> RunStopped:
+def _interrupted_early(cfg: RunConfig, run_id: str, signals: Signals, resumed) -> RunStopped:
     """The line of a run stopped before it trained: what its folder keeps (a resumed run's checkpoint)."""
-    folder = RunFolder(cfg.run.out, run, {}, cfg.run.task, main=True)
+    folder = RunFolder(cfg.run_options.out, run_id, {}, cfg.run_options.task, main=True)
     folder.saved_step = resumed.step if resumed else None
     return folder.interrupted(signals, None)
 
 
-def _train_in_folder(cfg: RunConfig, run: str, argv: list[str], signals, resumed) -> None:
-    """Train in cfg.run.out, held by this run alone; a run that writes nothing there leaves no folder."""
-    made, out, runtime = [], Path(cfg.run.out), None  # (folder created, folder) by the checks
+def _train_in_folder(cfg: RunConfig, run_id: str, argv: list[str], signals, resumed) -> None:
+    """Train in cfg.run_options.out, held by this run alone; a run that writes nothing there leaves no folder."""
+    made, out, runtime = [], Path(cfg.run_options.out), None  # (folder created, folder) by the checks
     main_process = int(os.environ.get("RANK", "0")) == 0  # the one that writes the run folder
     try:
         made.append((writable_folder(out, "--out"), out))
@@ -188,8 +188,8 @@ def _train_in_folder(cfg: RunConfig, run: str, argv: list[str], signals, resumed
                 print(f"removed the temporary files that a killed save left in {out}")
             if main_process and resumed is None:
                 (out / MANIFEST).unlink(missing_ok=True)  # the folder is this run's now, unfinished
-            runtime = start_runtime(cfg.run.device)
-            train(cfg, runtime, run, argv, signals, resumed)
+            runtime = start_runtime(cfg.run_options.device)
+            train(cfg, runtime, run_id, argv, signals, resumed)
     except BaseException:
         for created, folder in reversed(made):  # a run that wrote nothing leaves no empty folder
             remove_created(created, folder)

@@ -93,13 +93,13 @@ class ModelOptions:
 class RunConfig:
     """A training run: the options of every run, the model fields it sets, and its task's own options."""
 
-    run: RunOptions = RunOptions()
+    run_options: RunOptions = RunOptions()
     model: ModelOptions = ModelOptions()
     task: object = None  # the options of the run's task (CopyOptions, Multi30kOptions), None if it has none
 
     def options(self) -> dict:
         """Every option by the name the command line gives it: what a checkpoint saves, `--resume` reads."""
-        parts = [self.run, self.model] + ([] if self.task is None else [self.task])
+        parts = [self.run_options, self.model] + ([] if self.task is None else [self.task])
         return {k: v for part in parts for k, v in dataclasses.asdict(part).items()}
 
 

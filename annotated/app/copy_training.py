@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import torch
 
-from ..data.copy_sequences import PAD as COPY_PAD, copy_batches
+from ..data.copy_sequences import copy_batches
+from ..data.vocab import PAD
 from ..decoding.copy_decoding import COPY_MODEL, exact_match
 from ..model.transformer import Transformer, TransformerConfig
 from ..training.long_runs import CheckedBatch
@@ -49,7 +50,7 @@ class CopyOptions:
 
 # %% ../../notebooks/31_tasks.ipynb #c011c
 class CopyTask(Task):
-    name, title, threads, pad_id = "copy", "copy", 1, COPY_PAD
+    name, title, threads, pad_id = "copy", "copy", 1, PAD
     Options = CopyOptions
     defaults = TaskDefaults(warmup=100, lr_factor=0.5, eval_every=50, log_every=100, embedding_init="xavier")
 
@@ -65,7 +66,7 @@ class CopyTask(Task):
             check_memory(need, device, f"{option} {n} (sequences of {opt.seq_len} symbols)", option)
 
     def prepare(self, folder, resumed) -> None:
-        opt, seed = self.opt, self.cfg.run.seed
+        opt, seed = self.opt, self.cfg.run_options.seed
         if opt.batch_size % self.runtime.world_size:
             raise ValueError(
                 f"--batch-size must be divisible by the number of processes, "
@@ -78,12 +79,12 @@ class CopyTask(Task):
 
     def batches(self, step: int, so_far: dict) -> Iterator[CheckedBatch]:
         opt, world_size, rank = self.opt, self.runtime.world_size, self.runtime.rank
-        stream = copy_batches(None, opt.batch_size, opt.seq_len, opt.copy_vocab, self.cfg.run.seed, opt.min_len,
+        stream = copy_batches(None, opt.batch_size, opt.seq_len, opt.copy_vocab, self.cfg.run_options.seed, opt.min_len,
                               exclude=self.held[0])
         for _ in range(step):  # the same stream: skip the batches a resumed run trained on
             next(stream)
         for src, tgt in stream:
-            yield CheckedBatch(src.chunk(world_size)[rank], tgt.chunk(world_size)[rank], COPY_PAD)
+            yield CheckedBatch(src.chunk(world_size)[rank], tgt.chunk(world_size)[rank], PAD)
 
     def evaluate(self, model, snapshots, step, seconds) -> tuple:
         now = round(exact_match(model, *self.held), 4)
@@ -92,21 +93,22 @@ class CopyTask(Task):
         return (step, round(seconds, 1), now, avg)
 
     def report(self, model, snapshots, trained, folder) -> dict:
-        opt, run, step = self.opt, self.cfg.run, trained["steps"]
+        opt, run_options, step = self.opt, self.cfg.run_options, trained["steps"]
         averaged = snapshots.average(model)
-        extra = {"task": "copy", "run": folder.run, "seq_len": opt.seq_len, "min_len": opt.min_len}
+        extra = {"task": "copy", "run": folder.run_id, "seq_len": opt.seq_len, "min_len": opt.min_len}
         save_model(folder.out / "averaged.safetensors", averaged, step=step, snapshots=len(snapshots), **extra)
         final, avg = round(exact_match(model, *self.held), 4), round(exact_match(averaged, *self.held), 4)
         first = next(({"step": s, "seconds": t} for s, t, _, a in trained["evals"] if a == 1.0), None)
         print(f"held-out exact match: {final:.1%}, averaged over {len(snapshots)} snapshots {avg:.1%}")
         training = {"steps": step, "wall_seconds": round(trained["wall"], 1), "processes": self.runtime.world_size,
                     "batch_size": opt.batch_size, "seq_len": opt.seq_len, "min_len": opt.min_len,
-                    "vocab_size": opt.copy_vocab, "label_smoothing": run.label_smoothing, "seed": run.seed,
-                    **{k: getattr(run, k) for k in ("warmup", "no_warmup", "lr_factor", "decay_to")},
+                    "vocab_size": opt.copy_vocab, "label_smoothing": run_options.label_smoothing,
+                    "seed": run_options.seed,
+                    **{k: getattr(run_options, k) for k in ("warmup", "no_warmup", "lr_factor", "decay_to")},
                     # every process's weights against rank 0's: 0.0 unless the replicas drifted apart
                     "replica_max_abs_diff": trained["replica_diff"]}
         heldout = {"sequences": len(self.held[0]), "exact_match": final, "exact_match_averaged": avg,
-                   "averaged_snapshots": len(snapshots), "snapshot_every": run.eval_every,
+                   "averaged_snapshots": len(snapshots), "snapshot_every": run_options.eval_every,
                    "first_full_match_averaged": first,
                    "curve": trained["evals"]}  # (step, seconds, exact match, averaged)
         return {"training": training, "heldout": heldout}

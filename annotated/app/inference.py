@@ -47,15 +47,15 @@ def load_for_inference(
     if not tok_path.is_file():
         raise FileNotFoundError(f"tokenizer file not found: {tok_path} (pass --tokenizer)")
     model, info = load_model(path)  # safetensors: no code runs (appendix 21); then moved: any device
-    task, run = info.get("task", "multi30k"), info.get("run")
+    task, run_id = info.get("task", "multi30k"), info.get("run")
     if task != "multi30k":
         raise ValueError(
             f"{path} holds a model trained on the {task} task; evaluate and translate need a "
             "Multi30k model (train --task multi30k)"
         )
-    check_run_file(path, run)
+    check_run_file(path, run_id)
     if tok_path.parent == path.parent:
-        check_run_file(tok_path, run)
+        check_run_file(tok_path, run_id)
     recorded = info.get("tokenizer_sha256")  # None: saved before 'train' recorded it
     tok = load_tokenizer(tok_path, recorded, path)  # capped, hashed, then parsed (appendix 21)
     cfg, size = model.cfg, tok.get_vocab_size()

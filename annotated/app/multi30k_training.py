@@ -17,7 +17,8 @@ from ..files import sha256_of
 from ..data.batching import token_batches
 from ..data.multi30k import DIRECTIONS, MULTI30K_SIZES, load_multi30k
 from ..data.sharding import shard_batches
-from ..data.tokenizer import PAD_ID, encode_pairs, train_tokenizer
+from ..data.tokenizer import encode_pairs, train_tokenizer
+from ..data.vocab import PAD
 from ..data.tokenizer_file import load_tokenizer, save_tokenizer
 from ..decoding.evaluation import evaluate_loss
 from ..decoding.report import bleu_report
@@ -117,7 +118,7 @@ class Multi30kTraining(Task):
     def batches(self, step: int, so_far: dict) -> Iterator[CheckedBatch]:
         self.epoch, self.position = so_far.get("epoch", 0), so_far.get("position", 0)
         while True:
-            seed, rank, world_size = self.cfg.run.seed + self.epoch, self.runtime.rank, self.runtime.world_size
+            seed, rank, world_size = self.cfg.run_options.seed + self.epoch, self.runtime.rank, self.runtime.world_size
             everything = list(token_batches(self.train_ex, self.opt.max_tokens, True, seed))
             shard = shard_batches(everything, rank, world_size)
             if not shard:
@@ -125,7 +126,7 @@ class Multi30kTraining(Task):
             for i, (src, tgt) in enumerate(shard):
                 if i >= self.position:  # a resumed run skips what it trained on in this epoch
                     self.position = i + 1
-                    yield CheckedBatch(src, tgt, PAD_ID)
+                    yield CheckedBatch(src, tgt, PAD)
             self.epoch, self.position = self.epoch + 1, 0
 
     def progress(self) -> dict:
@@ -145,11 +146,11 @@ class Multi30kTask(Multi30kTraining):
         return (step, round(val["loss"], 4), round(val["perplexity"], 3))
 
     def report(self, model, snapshots, trained, folder) -> dict:
-        opt, run, step, device = self.opt, self.cfg.run, trained["steps"], self.runtime.device
+        opt, run_options, step, device = self.opt, self.cfg.run_options, trained["steps"], self.runtime.device
         val, used = {"final": evaluate_loss(model, self.val_ex, opt.max_tokens, device)}, "final"
         if len(snapshots) > 1:
             averaged = snapshots.average(model)
-            extra = {"task": "multi30k", "run": folder.run, "snapshots": len(snapshots), **folder.use_with}
+            extra = {"task": "multi30k", "run": folder.run_id, "snapshots": len(snapshots), **folder.use_with}
             save_model(folder.out / "averaged.safetensors", averaged, step=step, **extra)
             val["averaged"] = evaluate_loss(averaged, self.val_ex, opt.max_tokens, device)
             if val["averaged"]["loss"] < val["final"]["loss"]:  # chosen on val, never on test
@@ -157,9 +158,10 @@ class Multi30kTask(Multi30kTraining):
         results = {
             "training": {"steps": step, "epochs": self.epoch + (self.position > 0),
                          "wall_seconds": round(trained["wall"], 1), "max_tokens_per_batch": opt.max_tokens,
-                         "warmup": run.warmup, "no_warmup": run.no_warmup, "lr_factor": run.lr_factor,
-                         "decay_to": run.decay_to, "label_smoothing": run.label_smoothing,
-                         "vocab_size": self.tok.get_vocab_size(), "seed": run.seed,
+                         "warmup": run_options.warmup, "no_warmup": run_options.no_warmup,
+                         "lr_factor": run_options.lr_factor, "decay_to": run_options.decay_to,
+                         "label_smoothing": run_options.label_smoothing,
+                         "vocab_size": self.tok.get_vocab_size(), "seed": run_options.seed,
                          "direction": opt.direction},
             "val": {"weights": used,  # the weights that the numbers below and the test BLEU belong to
                     "averaged_snapshots": len(snapshots) if used == "averaged" else 1,

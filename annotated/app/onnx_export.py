@@ -21,7 +21,7 @@ import torch
 from .inference import load_for_inference
 from .parser import add_direction_check
 from ..data.multi30k import LANGUAGES, check_direction
-from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from ..data.vocab import BOS, EOS, PAD, UNK
 from ..files import atomic_path, sha256_of, write_error
 from annotated.app.onnx_graphs import (
     ENCODER_IO,
@@ -56,16 +56,16 @@ class OnnxTranslator:
         memory = self.encode(src)
         N, _, H, _, Dk = memory["cross_k"].shape
         cache = {name: np.zeros((N, 1, H, 0, Dk), np.float32) for name in ("self_k", "self_v")}
-        tokens, attention, last = [], [], BOS_ID
+        tokens, attention, last = [], [], BOS
         for _ in range(limit or len(src) + EXTRA_TARGET_TOKENS):
             token = np.array([[last]], dtype=np.int64)
             logits, cache["self_k"], cache["self_v"], weights = self.decoder_step.run(
                 None, {"token": token, **memory, **cache}
             )
-            logits[:, PAD_ID] = -np.inf  # never chosen, as in greedy_decode
+            logits[:, PAD] = -np.inf  # never chosen, as in greedy_decode
             last = int(logits[0].argmax())  # the first maximum, like torch.argmax
             attention.append(weights[:, 0])  # (N, H, S)
-            if last == EOS_ID:
+            if last == EOS:
                 break
             tokens.append(last)
         return tokens, np.stack(attention)  # (T, N, H, S)
@@ -88,7 +88,7 @@ def export_translator(
         "files": files,
         "direction": direction,  # source-target languages
         "languages": [LANGUAGES[code] for code in check_direction(direction)],
-        "special_ids": {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_ID},
+        "special_ids": {"pad_id": PAD, "bos_id": BOS, "eos_id": EOS, "unk_id": UNK},
         "vocab_size": cfg.tgt_vocab,
         "max_source_tokens": exportable.src_pos.max_len,
         "extra_target_tokens": EXTRA_TARGET_TOKENS,

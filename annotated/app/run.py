@@ -28,20 +28,20 @@ from .task_base import Task
 from .task_registry import TASKS
 
 
-def train(cfg: RunConfig, runtime: Runtime, run: str, argv: list[str], signals=None,
+def train(cfg: RunConfig, runtime: Runtime, run_id: str, argv: list[str], signals=None,
           resumed: Checkpoint | None = None) -> dict:
-    """Train cfg.run.task within the budget; return the results (rank 0 also writes the run's files)."""
+    """Train cfg.run_options.task within the budget; return the results (rank 0 also writes the run's files)."""
     if resumed is not None:  # before any work: a budget that would only lose what the run has
-        check_budget(Path(cfg.run.out), resumed, cfg.run.steps, cfg.run.minutes)
-    task = TASKS[cfg.run.task](cfg, runtime)
+        check_budget(Path(cfg.run_options.out), resumed, cfg.run_options.steps, cfg.run_options.minutes)
+    task = TASKS[cfg.run_options.task](cfg, runtime)
     threads = torch.get_num_threads()
     if task.threads is not None:
         torch.set_num_threads(task.threads)
-    folder = RunFolder(cfg.run.out, run, cfg.options(), cfg.run.task, runtime.main)
+    folder = RunFolder(cfg.run_options.out, run_id, cfg.options(), cfg.run_options.task, runtime.main)
     folder.saved_step = resumed.step if resumed else None
     signals = signals if signals is not None else Signals()  # not installed: no signal comes
     try:
-        return _train(task, cfg.run, runtime, run, argv, signals, resumed, folder)
+        return _train(task, cfg.run_options, runtime, run_id, argv, signals, resumed, folder)
     except KeyboardInterrupt:  # a signal that stops at once: the message says what is kept
         if signals.received is None:  # not one of the signals that Signals caught
             raise
@@ -51,14 +51,14 @@ def train(cfg: RunConfig, runtime: Runtime, run: str, argv: list[str], signals=N
 
 
 # %% ../../notebooks/31_tasks.ipynb #c015b
-def _setup(task: Task, opt, runtime: Runtime, resumed: Checkpoint | None) -> tuple:
+def _setup(task: Task, run_options, runtime: Runtime, resumed: Checkpoint | None) -> tuple:
     """The model, Adam and the schedule of §5.3, the loss of §5.4, and the Trainer that runs them."""
     model = task.model().to(runtime.device)
-    loss_fn = FastLabelSmoothingLoss(model.cfg.tgt_vocab, task.pad_id, smoothing=opt.label_smoothing)
+    loss_fn = FastLabelSmoothingLoss(model.cfg.tgt_vocab, task.pad_id, smoothing=run_options.label_smoothing)
     optimizer = make_optimizer(model)
-    scheduler = make_scheduler(optimizer, model.cfg.d_model, opt.warmup, factor=opt.lr_factor,
-                               hold_peak=opt.no_warmup, decay_to=opt.decay_to)
-    resume_into(resumed, model, optimizer, scheduler, opt.out)
+    scheduler = make_scheduler(optimizer, model.cfg.d_model, run_options.warmup, factor=run_options.lr_factor,
+                               hold_peak=run_options.no_warmup, decay_to=run_options.decay_to)
+    resume_into(resumed, model, optimizer, scheduler, run_options.out)
     net = DistributedDataParallel(model) if runtime.world_size > 1 else model
     trainer = Trainer(net, loss_fn, optimizer, scheduler, step=resumed.step if resumed else 0,
                       world_size=runtime.world_size)
@@ -77,21 +77,21 @@ def add_to_curve(curve: list[tuple], row: tuple) -> None:
         curve[:] = curve[1::2]  # the rows of the multiples of 2k
 
 # %% ../../notebooks/31_tasks.ipynb #c015d
-def _train(task: Task, opt, runtime, run, argv, signals, resumed, folder) -> dict:
-    torch.manual_seed(opt.seed)  # the same initial weights on every process
+def _train(task: Task, run_options, runtime, run_id, argv, signals, resumed, folder) -> dict:
+    torch.manual_seed(run_options.seed)  # the same initial weights on every process
     task.prepare(folder, resumed)
-    model, optimizer, scheduler, trainer = _setup(task, opt, runtime, resumed)
+    model, optimizer, scheduler, trainer = _setup(task, run_options, runtime, resumed)
     if runtime.rank:  # rank 0 goes on with the run's random numbers; each other process draws its own masks
-        torch.manual_seed(int(np.random.SeedSequence([opt.seed, runtime.rank, trainer.step]).generate_state(1)[0]))
+        torch.manual_seed(int(np.random.SeedSequence([run_options.seed, runtime.rank, trainer.step]).generate_state(1)[0]))
     log = print if runtime.main else (lambda *a, **k: None)
     log(f"{sum(p.numel() for p in model.parameters()):,} parameters, {task.describe()}, {describe_hardware(runtime)}")
     so_far = {"curve": [], "evals": [], "wall": 0.0} if resumed is None else resumed.extra["progress"]
     if resumed is not None:
         log(f"resuming at update {resumed.step}")
     curve, evals = [tuple(c) for c in so_far["curve"]], [tuple(e) for e in so_far["evals"]]
-    snapshots = Snapshots(opt.average, folder.load_snapshots(resumed))
+    snapshots = Snapshots(run_options.average, folder.load_snapshots(resumed))
     started = time.time() - so_far["wall"]
-    deadline = started + 60 * opt.minutes if opt.minutes else None
+    deadline = started + 60 * run_options.minutes if run_options.minutes else None
 
     def save(step: int) -> None:
         state = {**task.progress(), "curve": curve, "evals": evals, "wall": time.time() - started}
@@ -101,23 +101,23 @@ def _train(task: Task, opt, runtime, run, argv, signals, resumed, folder) -> dic
         if not math.isfinite(loss):
             folder.diverged(step, loss)
         add_to_curve(curve, (step, round(loss, 4)))
-        if runtime.main and step % opt.log_every == 0:
+        if runtime.main and step % run_options.log_every == 0:
             log(task.log_line(step, loss, time.time() - started, trainer.lr))
-        if runtime.main and step % opt.eval_every == 0:
+        if runtime.main and step % run_options.eval_every == 0:
             snapshots.add(step, model)
             add_to_curve(evals, task.evaluate(model, snapshots, step, time.time() - started))
-        if step % opt.save_every == 0:
+        if step % run_options.save_every == 0:
             save(step)
 
     def stop() -> bool:  # the budget or a signal: rank 0's answer, on every process
-        spent = out_of_budget(trainer.step, opt.steps, deadline, lambda: signals.received is not None)
+        spent = out_of_budget(trainer.step, run_options.steps, deadline, lambda: signals.received is not None)
         return same_on_every_process(runtime, spent)
 
     with signals.hold("the update under way is done and saved"):  # a double Ctrl-C too
         batches = task.batches(trainer.step, so_far)
         trainer.fit(batches, progress=False, callback=after, stop=stop)  # no progress bar: logs
         step = trainer.step
-        folder.finish(signals, step, opt.minutes, lambda: save(step))
+        folder.finish(signals, step, run_options.minutes, lambda: save(step))
         wall, diff = time.time() - started, replica_max_diff(runtime, model)
         if not runtime.main:
             return {}
@@ -129,20 +129,20 @@ def _train(task: Task, opt, runtime, run, argv, signals, resumed, folder) -> dic
     if signals.received is not None:  # it came while the last update was saved
         raise folder.interrupted(signals, step)
     trained = {"steps": step, "wall": wall, "replica_diff": diff, "evals": evals, "curve": curve}
-    return _results(task, opt, runtime, run, argv, signals, folder, model, snapshots, trained)
+    return _results(task, run_options, runtime, run_id, argv, signals, folder, model, snapshots, trained)
 
 
 # %% ../../notebooks/31_tasks.ipynb #c015f
-def _results(task: Task, opt, runtime, run, argv, signals, folder, model, snapshots, trained) -> dict:
+def _results(task: Task, run_options, runtime, run_id, argv, signals, folder, model, snapshots, trained) -> dict:
     """Rank 0, after the last save: the task's report, the results file, then the manifest."""
     report = task.report(model, snapshots, trained, folder)  # no hold: a signal stops it at once
     curve = trained["curve"]
-    results = {**run_record(task.title, run, argv, runtime, model), **report,
+    results = {**run_record(task.title, run_id, argv, runtime, model), **report,
                "train_curve": curve[:: max(1, len(curve) // 200)]}
     with signals.hold("the results are written"):
-        write_results(Path(opt.results) if opt.results else folder.out / "results.json", results)
+        write_results(Path(run_options.results) if run_options.results else folder.out / "results.json", results)
         folder.drop_snapshots()
-        write_manifest(folder.out, run, trained["steps"], finished=True)
+        write_manifest(folder.out, run_id, trained["steps"], finished=True)
     if signals.received is not None:  # too late to stop anything: all is written
         name = signal.Signals(signals.received).name
         raise RunStopped(f"interrupted by {name} as the run ended: its results are written",

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import torch
 
-from ..data.tokenizer import PAD_ID
+from ..data.vocab import PAD
 from ..model.transformer import Transformer, TransformerConfig
 from ..runs.folder import RunFolder
 from ..runs.processes import Runtime
@@ -40,7 +40,7 @@ class Task:
     Options: type | None = None  # the dataclass of the task's own options, with `add_to(parser)`
     defaults: TaskDefaults | None = None
     threads: int | None = None  # CPU threads per process while training (None: leave as is)
-    pad_id: int = PAD_ID
+    pad_id: int = PAD
 
     def __init__(self, cfg: RunConfig, runtime: Runtime):
         self.cfg, self.runtime = cfg, runtime

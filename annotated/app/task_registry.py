@@ -20,19 +20,20 @@ TASKS: dict[str, type[Task]] = {"multi30k": Multi30kTask, "copy": CopyTask}  # a
 
 def run_config(options: dict) -> RunConfig:
     """The RunConfig of the options named in `options` (a parsed command line, a saved run), by name."""
-    run = from_options(RunOptions, options)
-    if run.task not in TASKS:
-        raise ValueError(f"task must be one of {list(TASKS)}, got {run.task!r}")
-    own = TASKS[run.task].Options
-    return RunConfig(run, from_options(ModelOptions, options), None if own is None else from_options(own, options))
+    run_options = from_options(RunOptions, options)
+    if run_options.task not in TASKS:
+        raise ValueError(f"task must be one of {list(TASKS)}, got {run_options.task!r}")
+    own = TASKS[run_options.task].Options
+    task_options = None if own is None else from_options(own, options)
+    return RunConfig(run_options, from_options(ModelOptions, options), task_options)
 
 
 def with_task_defaults(cfg: RunConfig) -> RunConfig:
     """Fill the options left at None with the task's defaults; save with every evaluation."""
-    given = {**vars(cfg.run), **vars(cfg.model)}
-    fill = {k: v for k, v in dataclasses.asdict(TASKS[cfg.run.task].defaults).items() if given[k] is None}
-    run = dataclasses.replace(cfg.run, **{k: v for k, v in fill.items() if hasattr(cfg.run, k)})
+    given = {**vars(cfg.run_options), **vars(cfg.model)}
+    fill = {k: v for k, v in dataclasses.asdict(TASKS[cfg.run_options.task].defaults).items() if given[k] is None}
+    run_options = dataclasses.replace(cfg.run_options, **{k: v for k, v in fill.items() if hasattr(cfg.run_options, k)})
     model = dataclasses.replace(cfg.model, **{k: v for k, v in fill.items() if hasattr(cfg.model, k)})
-    run = dataclasses.replace(run, save_every=run.save_every or run.eval_every)
-    return dataclasses.replace(cfg, run=run, model=model)
+    run_options = dataclasses.replace(run_options, save_every=run_options.save_every or run_options.eval_every)
+    return dataclasses.replace(cfg, run_options=run_options, model=model)
 

@@ -25,11 +25,11 @@ from annotated.check.framework import (
 )
 from annotated.check.stand_ins import reporting_stand_ins
 from annotated.model.transformer import make_model
+from annotated.data.vocab import BOS, PAD  # EOS: chosen per property among the tokens the model writes
 
 N_VOCAB = 11  # the vocabulary of the toy model: small, and not a power of two
 
 # %% ../../notebooks/27_check_decoding.ipynb #c005
-PAD, BOS = 0, 1  # and EOS: chosen per property among the tokens the model writes
 NEVER = -1  # an eos_id that never occurs: decoding runs to max_new_tokens
 
 

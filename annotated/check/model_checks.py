@@ -38,6 +38,7 @@ from annotated.check.layer_checks import closed_form_encoding, is_layer_normalis
 from annotated.check.stand_ins import reporting_stand_ins
 from annotated.check.sublayer_checks import dropout_placement, own_norms
 from annotated.check.wiring import model_wiring, wiring
+from annotated.data.vocab import PAD
 
 # %% ../../notebooks/25_check_model.ipynb #b2e5d1ab
 def _dec_inputs() -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -124,7 +125,7 @@ def decoder_layer(factory: Callable, norm_first: bool = False) -> Report:
     return run_properties("decoder_layer", lambda: module_from(factory, D, H, D_FF), properties)
 
 # %% ../../notebooks/25_check_model.ipynb #c029
-SRC_VOCAB, TGT_VOCAB, PAD = 11, 13, 0  # two sizes, so the two embedding tables can be told apart
+SRC_VOCAB, TGT_VOCAB = 11, 13  # two sizes, so the two embedding tables can be told apart
 
 
 def _model_inputs() -> tuple[Tensor, Tensor, Tensor, Tensor]:

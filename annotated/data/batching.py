@@ -15,18 +15,18 @@ import torch
 from torch import Tensor
 
 from ..validation import positive_int
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID
+from .vocab import BOS, EOS, PAD
 
 
 def pad_batch(examples: Sequence[tuple[Sequence[int], Sequence[int]]]) -> tuple[Tensor, Tensor]:
-    """Pad source ids to (B, S) and <bos> target <eos> ids to (B, T + 1) with PAD_ID (§5.1)."""
+    """Pad source ids to (B, S) and <bos> target <eos> ids to (B, T + 1) with PAD (§5.1)."""
     if not examples:
         raise ValueError("examples must hold at least one (source ids, target ids) pair, got none")
     S = max(len(src) for src, _ in examples)
     longest = max(len(tgt) for _, tgt in examples)  # T - 1: the target without BOS and EOS
     # Rows as Python lists, then one tensor: far faster than filling a tensor row by row.
-    src_rows = [list(src) + [PAD_ID] * (S - len(src)) for src, _ in examples]
-    tgt_rows = [[BOS_ID, *tgt, EOS_ID] + [PAD_ID] * (longest - len(tgt)) for _, tgt in examples]
+    src_rows = [list(src) + [PAD] * (S - len(src)) for src, _ in examples]
+    tgt_rows = [[BOS, *tgt, EOS] + [PAD] * (longest - len(tgt)) for _, tgt in examples]
     src_batch = torch.tensor(src_rows, dtype=torch.long).reshape(len(examples), S)  # (B, S)
     tgt_batch = torch.tensor(tgt_rows, dtype=torch.long)  # (B, T + 1): BOS ... EOS
     return src_batch, tgt_batch
@@ -76,6 +76,6 @@ def pad_fraction(batches: Iterable[tuple[Tensor, Tensor]]) -> float:
     """Fraction of all source and target positions in the batches that are padding."""
     pad = total = 0
     for src, tgt in batches:
-        pad += int((src == PAD_ID).sum()) + int((tgt == PAD_ID).sum())
+        pad += int((src == PAD).sum()) + int((tgt == PAD).sum())
         total += src.numel() + tgt.numel()
     return pad / total

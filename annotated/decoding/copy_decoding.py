@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ..model.masks import causal_mask, padding_mask
 from ..model.transformer import Transformer, TransformerConfig
-from ..data.copy_sequences import BOS, EOS, PAD
+from ..data.vocab import BOS, EOS, PAD
 
 # The paper's model made small; its vocabulary (here the default of 11 ids) is the copy task's choice.
 COPY_MODEL = TransformerConfig(

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..data.batching import pad_batch, token_batches
-from ..data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from ..data.vocab import BOS, EOS, PAD
 from .beam import beam_search
 from .greedy import greedy_decode
 from ..model.masks import padding_mask
@@ -84,11 +84,11 @@ def translate_ids(
     model.eval()
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))  # similar lengths together
     out: list[list[int]] = [[] for _ in sources]
-    ids = dict(bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID)
+    ids = dict(bos_id=BOS, eos_id=EOS, pad_id=PAD)
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         src = pad_batch([(sources[i], [0]) for i in idx])[0].to(device)  # (B, S)
-        mask = padding_mask(src, PAD_ID)  # (B, 1, 1, S)
+        mask = padding_mask(src, PAD)  # (B, 1, 1, S)
         if beam == 1:
             ys = greedy_decode(model, src, mask, None, **ids)
         else:
@@ -104,11 +104,11 @@ def evaluate_loss(model: nn.Module, examples, max_tokens: int, device: torch.dev
     model.eval()
     total, tokens = 0.0, 0
     for src, tgt in token_batches(examples, max_tokens, shuffle=False):
-        b = Batch(src.to(device), tgt.to(device), PAD_ID)
+        b = Batch(src.to(device), tgt.to(device), PAD)
         logits = model(b.src, b.tgt_in, b.src_mask, b.tgt_mask)  # (B, T, n_vocab)
         log_p = logits.float().reshape(-1, logits.size(-1)).log_softmax(-1)  # (B*T, n_vocab), in float32
         label = b.tgt_out.reshape(-1, 1)  # (B*T, 1)
-        nll = -log_p.gather(1, label)[:, 0].masked_fill(label[:, 0] == PAD_ID, 0.0)  # (B*T,): pads add 0
+        nll = -log_p.gather(1, label)[:, 0].masked_fill(label[:, 0] == PAD, 0.0)  # (B*T,): pads add 0
         total += nll.sum().item()
         tokens += b.n_tokens
     loss = total / tokens

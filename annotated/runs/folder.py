@@ -75,16 +75,16 @@ def remove_stale_temporaries(folder: Path) -> int:
     return len(stale)
 
 
-def write_manifest(out: Path, run: str, step: int, finished: bool = False) -> None:
+def write_manifest(out: Path, run_id: str, step: int, finished: bool = False) -> None:
     """List the run's files with their SHA-256, last: a folder that mixes two runs then shows it.
     `finished`: the run wrote its results at `step` (and dropped its snapshots)."""
     files = {p.name: sha256_of(p) for p in sorted(out.iterdir()) if p.name in RUN_FILES}
-    write_results(out / MANIFEST, {"run": run, "step": step, "finished": finished, "files": files})
+    write_results(out / MANIFEST, {"run": run_id, "step": step, "finished": finished, "files": files})
 
 
-def check_run_file(path: Path, run: str | None) -> None:
-    """Refuse a file of a run folder that its manifest does not list as this run's (run None: not a run's)."""
-    if run is None:  # saved by the library, or by an older version: nothing to compare with
+def check_run_file(path: Path, run_id: str | None) -> None:
+    """Refuse a file of a run folder that its manifest does not list as this run's (run_id None: not a run's)."""
+    if run_id is None:  # saved by the library, or by an older version: nothing to compare with
         return
     manifest = path.parent / MANIFEST
     if not manifest.is_file():
@@ -94,34 +94,34 @@ def check_run_file(path: Path, run: str | None) -> None:
         )
     try:
         listed = json.loads(manifest.read_text(encoding="utf-8"))
-        want = listed["files"].get(path.name) if listed.get("run") == run else None
+        want = listed["files"].get(path.name) if listed.get("run") == run_id else None
     except (ValueError, KeyError, AttributeError) as err:
         raise ValueError(f"{manifest} is damaged: {err}") from None
     if want is None or want != sha256_of(path):
         raise ValueError(
-            f"{path} is not the file that {manifest} lists for run {run}: the folder mixes files "
+            f"{path} is not the file that {manifest} lists for run {run_id}: the folder mixes files "
             "of two runs (a run was killed between two files, or a new run wrote over an old one)"
         )
 
 # %% ../../notebooks/30_runs.ipynb #c012c3
 def check_budget(out: Path, resumed: Checkpoint, steps: int | None, minutes: float | None) -> None:
     """Refuse a budget below what the resumed run has done, or one that trains a finished run no further."""
-    done, run = resumed.step, resumed.extra.get("run")
+    done, run_id = resumed.step, resumed.extra.get("run")
     wall = resumed.extra.get("progress", {}).get("wall", 0.0)  # seconds trained so far
     if steps is not None and steps < done:
         raise ValueError(
-            f"--steps {steps} is below the {done} updates that run {run} in {out} has done: "
+            f"--steps {steps} is below the {done} updates that run {run_id} in {out} has done: "
             f"--resume may only grow the budget (give --steps above {done})"
         )
     own = resumed.extra.get("args", {}).get("minutes")  # its own, spent if time ran out, still finishes it
     if minutes is not None and minutes != own and 60 * minutes < wall:
         raise ValueError(
-            f"--minutes {minutes:g} is below the {wall / 60:.2f} minutes that run {run} in {out} has "
+            f"--minutes {minutes:g} is below the {wall / 60:.2f} minutes that run {run_id} in {out} has "
             "trained: --resume may only grow the budget"
         )
     try:
         manifest = json.loads((Path(out) / MANIFEST).read_text(encoding="utf-8"))
-        finished = manifest.get("finished") is True and manifest["step"] == done and manifest["run"] == run
+        finished = manifest.get("finished") is True and manifest["step"] == done and manifest["run"] == run_id
     except (OSError, ValueError, KeyError, AttributeError):  # unfinished, or damaged: the loads check it
         finished = False
     if not finished:
@@ -132,14 +132,14 @@ def check_budget(out: Path, resumed: Checkpoint, steps: int | None, minutes: flo
         spent = f"--minutes {minutes:g} trains it no further (it has trained {wall / 60:.2f} minutes)"
     else:
         return
-    raise ValueError(f"run {run} in {out} finished at update {done}, and {spent}: its results stay as they are")
+    raise ValueError(f"run {run_id} in {out} finished at update {done}, and {spent}: its results stay as they are")
 
 # %% ../../notebooks/30_runs.ipynb #c013
 class RunFiles:
     """The files of OUT while a run trains: its id and options, and the weight snapshots on disk."""
 
-    def __init__(self, out, run: str, options: dict, task: str, main: bool):
-        self.out, self.run, self.task, self.main = Path(out), run, task, main
+    def __init__(self, out, run_id: str, options: dict, task: str, main: bool):
+        self.out, self.run_id, self.task, self.main = Path(out), run_id, task, main
         self.options = options  # what the run was started with: `--resume` starts it again so
         self.saved_step: int | None = None  # the update that checkpoint.pt holds
         self.on_disk: set[int] = set()  # snapshot steps already written
@@ -148,7 +148,7 @@ class RunFiles:
     def extra(self, progress: dict, snapshots: list[tuple[int, dict]]) -> dict:
         return {
             "task": self.task,
-            "run": self.run,
+            "run": self.run_id,
             "args": self.options,
             "progress": progress,
             "snapshots": [s for s, _ in snapshots],
@@ -165,7 +165,7 @@ class RunFiles:
             if not path.is_file():  # a finished run drops them: its average starts afresh
                 print(f"{path.name} is missing: the average of snapshots leaves it out")
                 continue
-            snapshots.append((step, read_snapshot(path, self.run, like, f"--resume {self.out}")))
+            snapshots.append((step, read_snapshot(path, self.run_id, like, f"--resume {self.out}")))
         self.on_disk = {s for s, _ in snapshots}
         return snapshots
 
@@ -191,17 +191,17 @@ class RunSaves(RunFiles):
         try:
             for s, weights in snapshots:
                 if s not in self.on_disk:
-                    state = {"run": self.run, "step": s, "weights": weights}
+                    state = {"run": self.run_id, "step": s, "weights": weights}
                     path = self.out / f"snapshot-{s}.pt"
                     atomic_write(path, lambda f, st=state: torch.save(st, f))
                     self.on_disk.add(s)
             extra = self.extra(progress, snapshots)
             save_checkpoint(self.out / "checkpoint.pt", model, optimizer, scheduler, step=step, **extra)
             # the model alone, for evaluate, translate and export-onnx (appendix 21)
-            save_model(self.out / "model.safetensors", model, step=step, task=self.task, run=self.run, **self.use_with)
+            save_model(self.out / "model.safetensors", model, step=step, task=self.task, run=self.run_id, **self.use_with)
             self.saved_step = step
             self.drop_snapshots(keep={s for s, _ in snapshots})
-            write_manifest(self.out, self.run, step)
+            write_manifest(self.out, self.run_id, step)
         except OSError as err:  # a full disk (WriteError says so): the message says what is kept
             kept = (
                 f"{self.out / 'checkpoint.pt'} keeps update {self.saved_step}; continue with: "

@@ -49,11 +49,11 @@ def describe_hardware(runtime: Runtime) -> str:
     return f"{runtime.world_size} process(es) on {platform.processor() or platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads each"
 
 
-def run_record(task: str, run: str | None, argv: list[str], runtime: Runtime, model: Transformer) -> dict:
+def run_record(task: str, run_id: str | None, argv: list[str], runtime: Runtime, model: Transformer) -> dict:
     """What every results file starts with: the task, the command, the code, the machine, the model."""
     return {
         "task": task,
-        "run": run,  # the id that the folder's manifest and checkpoints carry
+        "run": run_id,  # the id that the folder's manifest and checkpoints carry
         "command": shlex.join(["python", "-m", "annotated", *argv]),
         "commit": git_commit(),
         "hardware": describe_hardware(runtime),

@@ -13,13 +13,13 @@ import torch
 from ..training.torch_file import check_entries, read_checked
 
 
-def read_snapshot(path: Path, run: str, like: dict[str, torch.Tensor], option: str) -> dict:
-    """The weights of a snapshot of `run`, checked against the tensors of `like` (a state dict)."""
+def read_snapshot(path: Path, run_id: str, like: dict[str, torch.Tensor], option: str) -> dict:
+    """The weights of a snapshot of run `run_id`, checked against the tensors of `like` (a state dict)."""
     room = 2 * sum(t.numel() * t.element_size() for t in like.values()) + 2**20
 
     def check(state: object, unpacked: int) -> None:
         check_entries(path, state, "snapshot", {"run": str, "step": int, "weights": dict})
-        if state["run"] != run:
+        if state["run"] != run_id:
             raise ValueError(f"{option}: {path.name} belongs to another run")
         weights = state["weights"]
         wrong = sorted(set(like) ^ set(weights)) + [
