@@ -173,7 +173,8 @@ def test_fewer_minutes_than_the_run_trained_are_refused(capsys, finished, tmp_pa
     run, before = copy_of(finished, tmp_path)
     wall = load_checkpoint(run / "checkpoint.pt", restore_rng=False).extra["progress"]["wall"]
     assert wall > 0
-    minutes = float(f"{wall / 120:.2g}")  # half the minutes the run trained, however fast the machine
+    # half the minutes the run trained, however fast the machine
+    minutes = float(f"{wall / 120:.2g}")
     capsys.readouterr()
     line = fails(capsys, ["train", "--resume", run, "--steps", 6, "--minutes", minutes])
     assert f"--minutes {minutes:g}" in line and "minutes that run" in line, line
