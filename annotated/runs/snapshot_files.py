@@ -17,7 +17,7 @@ def read_snapshot(path: Path, run_id: str, like: dict[str, torch.Tensor], option
     """The weights of a snapshot of run `run_id`, checked against the tensors of `like` (a state dict)."""
     room = 2 * sum(t.numel() * t.element_size() for t in like.values()) + 2**20
 
-    def check(state: object, unpacked: int) -> None:
+    def validate(state: object, unpacked: int) -> None:
         check_entries(path, state, "snapshot", {"run": str, "step": int, "weights": dict})
         if state["run"] != run_id:
             raise ValueError(f"{option}: {path.name} belongs to another run")
@@ -29,4 +29,4 @@ def read_snapshot(path: Path, run_id: str, like: dict[str, torch.Tensor], option
             first = f"first: {wrong[0]}" if wrong else f"{unpacked / 2**20:,.0f} MiB of tensors"
             raise ValueError(f"{path}: its weights do not fit the run's model ({first})")
 
-    return read_checked(path, check, "cpu", kind="snapshot")["weights"]
+    return read_checked(path, validate, "cpu", kind="snapshot")["weights"]

@@ -158,9 +158,9 @@ def _checked_config(path, state: dict, unpacked: int) -> TransformerConfig:
 # %% ../../notebooks/21_checkpoints.ipynb #c5e2a7d4
 def _read_checkpoint(path: str | os.PathLike, map_location) -> tuple[dict, TransformerConfig]:
     """The state and its config, checked: the archive, the structure on `meta`, then the data."""
-    cfg = []  # what `check` finds
+    cfg = []  # what `validate` finds
 
-    def check(state: object, unpacked: int) -> None:
+    def validate(state: object, unpacked: int) -> None:
         if isinstance(state, dict) and isinstance(state.get("format"), str) and state["format"] != CHECKPOINT_FORMAT:
             raise ValueError(f"{path} is a checkpoint of format {state['format']!r}; this version "
                              f"reads {CHECKPOINT_FORMAT!r}")
@@ -174,7 +174,7 @@ def _read_checkpoint(path: str | os.PathLike, map_location) -> tuple[dict, Trans
             raise ValueError(f"{path}: its step must count updates (an int >= 0), got {state['step']!r}")
         cfg.append(_checked_config(path, state, unpacked))
 
-    state = read_checked(path, check, map_location)
+    state = read_checked(path, validate, map_location)
     weights = state["model"]
     bad = [k for k, t in weights.items() if t.is_floating_point() and not t.isfinite().all()]
     if bad:

@@ -97,9 +97,9 @@ def _load(path, f: BinaryIO, map_location, kind: str = "checkpoint") -> object:
         raise ValueError(f"{path} could not be read as a {kind}; {reason}") from err
 
 # %% ../../notebooks/21_checkpoints.ipynb #d873f3ea
-def read_checked(path: str | os.PathLike, check: Callable[[object, int], None],
+def read_checked(path: str | os.PathLike, validate: Callable[[object, int], None],
                  map_location: str | torch.device | None = "cpu", kind: str = "checkpoint") -> object:
-    """Read a torch.save file untrusted: `check(state, unpacked_bytes)` judges its structure first."""
+    """Read a torch.save file untrusted: `validate(state, unpacked_bytes)` judges its structure first."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"no {kind} file at {path}")
     with open(path, "rb") as f:  # opened once: a file replaced meanwhile is never half-checked
@@ -107,7 +107,7 @@ def read_checked(path: str | os.PathLike, check: Callable[[object, int], None],
         pickled = [name for name in sizes if "/data/" not in name]  # the pickle and its records
         _check_crc(path, f, pickled)  # read next, to be unpickled
         state = _load(path, f, "meta", kind)  # the structure and every shape, no tensor data
-        check(state, sum(n for k, n in sizes.items() if k not in pickled))
+        validate(state, sum(n for k, n in sizes.items() if k not in pickled))
         _check_crc(path, f, [name for name in sizes if name not in pickled])  # of a sane size now
         return _load(path, f, map_location, kind)
 
