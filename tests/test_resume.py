@@ -91,7 +91,8 @@ def test_an_interrupted_run_with_dropout_resumes_bit_for_bit(capsys, tmp_path, m
 @pytest.mark.parametrize("steps, saves", [(8, [4, 8]), (10, [4, 8, 10])])
 def test_the_last_update_is_saved_once(tmp_path, monkeypatch, steps, saves):
     """A run whose last update is also a --save-every update saves it once, not twice (review of the
-    appendices); one that ends between two saves saves its last update at the end."""
+    appendices); one that ends between two saves saves its last update at the end. (A run with a time
+    budget saves its last update again, with the clock that ended it: test_run_promises.)"""
     from annotated.runs import RunFolder
 
     made, save = [], RunFolder.save

@@ -124,8 +124,8 @@ def _train(task: Task, run_options, runtime, run_id, argv, signals, resumed, fol
         final = not snapshots.steps or snapshots.steps[-1] != step
         if final:  # the final weights: a snapshot
             snapshots.add(step, model)
-        if final or folder.saved_step != step:  # not saved yet as they are now (else once is enough)
-            save(step)
+        if final or folder.saved_step != step or deadline is not None:  # a time budget: the clock
+            save(step)  # that ended it is saved too, so --resume sees the budget spent
     if signals.received is not None:  # it came while the last update was saved
         raise folder.interrupted(signals, step)
     trained = {"steps": step, "wall": wall, "replica_diff": diff, "evals": evals, "curve": curve}
