@@ -84,6 +84,20 @@ def choose(page, direction: str) -> None:
     page.check(f'input[name="translator-direction"][value="{direction}"]')
 
 
+# Counts the turns the page's event loop gives to other work while the translator's state is "running".
+TICKER = """() => {
+  const output = document.getElementById("translator-output");
+  const channel = new MessageChannel();
+  let turns = 0, live = true;
+  channel.port1.onmessage = () => {
+    if (output.dataset.state === "running") turns += 1;
+    if (live) channel.port2.postMessage(0);
+  };
+  channel.port2.postMessage(0);
+  window.__ticker = { stop: () => { live = false; return turns; } };
+}"""
+
+
 def run(
     page, text: str, search: str = "greedy", direction: str = "de-en"
 ) -> tuple[str, str, float]:
@@ -306,13 +320,19 @@ def test_awkward_input_ends_in_a_result_or_a_message(translator) -> None:
     ):
         state, shown, _ = run(page, text)
         assert state == "done" and shown.strip(), (text, state, shown)
-    # The page answers while it decodes: a long beam search yields to the browser between steps.
+    # The page answers while it decodes: a long beam search yields to the browser between steps. A
+    # ticker that posts itself a message counts the turns the page got while the state read "running"
+    # (a race-free measure: how soon the click's decode finishes does not matter).
     page.fill("#translator-input", " ".join(["Ein Hund läuft über die Wiese und"] * 8) + " bellt.")
     page.check('input[name="translator-search"][value="beam"]')
+    page.evaluate(TICKER)
     page.click("#translator-run")
-    assert page.evaluate("document.getElementById('translator-output').dataset.state") == "running"
     page.wait_for_function(FINISHED)
+    turns = page.evaluate("window.__ticker.stop()")
     assert page.locator("#translator-output").get_attribute("data-state") == "done"
+    assert turns >= 2, (
+        f"the page got {turns} turns while it decoded a 57-word sentence with beam search"
+    )
     check_clean(log)
 
 
