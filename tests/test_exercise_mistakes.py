@@ -463,6 +463,16 @@ MISTAKES = {
             "length_penalty(len(tokens), alpha)",
             "length_penalty(len(tokens) - 1, alpha)",
         ),
+        (
+            "a finished hypothesis kept as a live beam",
+            "return [c for c in candidates if c[0][-1] != eos_id][:beam_size]",
+            "return candidates[:beam_size]",
+        ),
+        (
+            "endings taken from the 2 * beam_size best (tensor2tensor's rule, not the exercise's)",
+            "for tokens, log_p in candidates[:beam_size]:",
+            "for tokens, log_p in candidates[: 2 * beam_size]:",
+        ),
     ],
     ("16_translation", "my_tokens_per_word"): [
         (

@@ -31,11 +31,11 @@ def _top_candidates(log_p: Tensor, log_probs: Tensor, ys: Tensor) -> tuple[Tenso
     n_vocab = log_probs.size(-1)
     cand = log_p[..., None] + log_probs.view(B, n_beam, n_vocab)  # (B, n_beam, n_vocab)
     cand = cand.view(B, n_beam * n_vocab)  # (B, n_beam*n_vocab): candidate c is token c % n_vocab
-    top_lp, top_id = cand.topk(2 * n_beam, dim=-1)  # (B, 2*n_beam), best first
+    top_log_p, top_id = cand.topk(2 * n_beam, dim=-1)  # (B, 2*n_beam), best first
     parent = top_id // n_vocab  # (B, 2*n_beam): which beam of the sentence
     rows = torch.arange(B, device=ys.device)[:, None] * n_beam + parent  # (B, 2*n_beam) rows of ys
     seqs = torch.cat([ys[rows], (top_id % n_vocab)[..., None]], dim=-1)  # (B, 2*n_beam, T + 1)
-    return top_lp, rows, seqs
+    return top_log_p, rows, seqs
 
 
 class _Finished:
@@ -47,12 +47,14 @@ class _Finished:
         self.length = torch.ones(B, dtype=torch.long, device=device)  # (B,) BOS + tokens
 
     def offer(
-        self, seqs: Tensor, top_lp: Tensor, ends: Tensor, generated: int, alpha: float, done: Tensor
+        self, seqs: Tensor, top_log_p: Tensor, ends: Tensor, generated: int, alpha: float,
+        done: Tensor,
     ):
         """Keep each sentence's best ending candidate among the n_beam best, if it scores higher."""
         first_half = torch.arange(ends.size(1), device=ends.device) < ends.size(1) // 2
         ends = ends & first_half  # (B, 2*n_beam): ending, and among the n_beam best
-        score = (top_lp / length_penalty(generated, alpha)).masked_fill(~ends, -torch.inf)  # (B, 2*n_beam)
+        score = top_log_p / length_penalty(generated, alpha)  # (B, 2*n_beam)
+        score = score.masked_fill(~ends, -torch.inf)  # only the endings compete
         new, j = score.max(dim=-1)  # (B,)
         better = (new > self.score) & ~done
         self.score = torch.where(better, new, self.score)
@@ -89,10 +91,10 @@ def beam_search(
     for generated in range(1, int(limits.max()) + 1):  # tokens generated after this step
         logits = next_token_logits(model, memory, src_mask, ys, cache)  # (B*n_beam, n_vocab)
         log_probs = logits.log_softmax(-1).index_fill(-1, pad, -torch.inf)  # (B*n_beam, n_vocab)
-        top_lp, rows, seqs = _top_candidates(log_p, log_probs, ys)  # seqs: (B, 2*n_beam, T + 1)
+        top_log_p, rows, seqs = _top_candidates(log_p, log_probs, ys)  # seqs: (B, 2*n_beam, T + 1)
         is_eos = seqs[..., -1] == eos_id  # (B, 2*n_beam)
-        best.offer(seqs, top_lp, is_eos | (generated >= limits)[:, None], generated, alpha, done)
-        log_p, pick = top_lp.masked_fill(is_eos, -torch.inf).topk(n_beam, dim=-1)  # (B, n_beam)
+        best.offer(seqs, top_log_p, is_eos | (generated >= limits)[:, None], generated, alpha, done)
+        log_p, pick = top_log_p.masked_fill(is_eos, -torch.inf).topk(n_beam, dim=-1)  # (B, n_beam)
         ys = seqs.gather(1, pick[..., None].expand(-1, -1, generated + 1))  # (B, n_beam, T + 1)
         ys = ys.view(B * n_beam, generated + 1)  # (B*n_beam, T + 1)
         if cache is not None:
