@@ -25,8 +25,8 @@ class MultiHeadAttention(nn.Module):
         d_model: int,
         n_heads: int,
         dropout: float = 0.1,
-        bias: bool = True,  # False: projections without biases (an ablation)
-        scale: bool = True,  # False: scores not divided by sqrt(d_k) (an ablation)
+        bias: bool = True,  # False: no biases, to compare with nn.MultiheadAttention(bias=False)
+        scale: bool = True,  # False: scores not divided by sqrt(d_k) (chapter 18's no-scale run)
         d_k: int | None = None,  # Table 3 (B) narrows the queries and keys; d_v stays D / h
         fused: bool = True,  # False: chapter 02's attention even when the weights are not asked for
     ):
@@ -63,10 +63,10 @@ class MultiHeadAttention(nn.Module):
         return self.split_heads(self.W_k(key)), self.split_heads(self.W_v(value))
 
     def attend(self, q, k, v, mask, need_weights=False, is_causal=False) -> tuple[Tensor, Tensor | None]:
-        """Eq. 1 in every head at once: the outputs (B, H, T, Dv), and the weights (B, H, T, S) or None."""
+        """Eq. 1 in every head at once: outputs (B, H, T, Dv), attention weights (B, H, T, S) or None."""
         if mask is not None:  # bool, and fitting the scores (B, H, T, S): the aside below
             check_heads_mask(mask, q.shape[:-1] + k.shape[-2:-1], is_causal)
-        if self.fused and not need_weights:  # PyTorch's kernel: Eq. 1 without the weights (Check 3)
+        if self.fused and not need_weights:  # PyTorch's kernel: Eq. 1, no attention weights (Check 3)
             p = self.dropout.p if self.training else 0.0
             scale = None if self.scale else 1.0  # None: the kernel's own 1 / sqrt(d_k)
             x = F.scaled_dot_product_attention(q, k, v, mask, p, is_causal, scale=scale)  # (B, H, T, Dv)
@@ -74,7 +74,7 @@ class MultiHeadAttention(nn.Module):
         if is_causal:  # the causal mask (chapter 03), for self-attention: T == S
             mask = causal_mask(q.size(2), q.device)
         x, weights = attention(q, k, v, mask, self.dropout, self.scale)  # (B, H, T, Dv), (B, H, T, S)
-        return x, weights.detach()  # the weights are returned to be looked at, not trained through
+        return x, weights.detach()  # attention weights returned to be looked at, not trained through
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B, L, H * Dk) -> (B, H, L, Dk), Dv for values: one slice of every position per head."""
