@@ -72,6 +72,11 @@ MISTAKES = {
         ),
         ("the bias subtracted", "scores = scores + bias", "scores = scores - bias"),
         ("sqrt(d_v) as the scale", "math.sqrt(query.size(-1))", "math.sqrt(value.size(-1))"),
+        (  # finite output, NaN gradients (chapter 03): the grader backpropagates through that row
+            "the textbook bias of -inf",
+            "hidden = torch.finfo(scores.dtype).min",
+            'hidden = float("-inf")',
+        ),
     ],
     ("03_masks", "my_causal_mask"): [
         (
@@ -231,6 +236,7 @@ MISTAKES = {
             "total = x + self.drop",
             "total = inner + self.drop",
         ),
+        ("the rate fixed at 0.1", "self.drop = nn.Dropout(dropout)", "self.drop = nn.Dropout(0.1)"),
     ],
     ("07_add_and_norm", "MyStdPlusEps"): [  # the check: the prediction holds for the module written
         (
@@ -323,6 +329,11 @@ MISTAKES = {
         ("the prefix one short", "prefix = x[:, : t + 1]", "prefix = x[:, :t]"),
         ("the first position kept", "[:, -1])  # (B, D)", "[:, 0])  # (B, D)"),
         ("no causal mask on the prefix", "causal_mask(t + 1)", "None"),
+        (
+            "one call on the whole sequence",
+            "    outputs = []\n",
+            "    return decoder(x, memory, src_mask, causal_mask(x.size(1)))\n    outputs = []\n",
+        ),
     ],
     ("10_decoder", "my_alignment"): [
         ("no 1/sqrt(d_k)", "Q @ K.T / 2", "Q @ K.T"),
@@ -659,6 +670,18 @@ RIGHT_ANSWERS = {
             "only the self-attention's cache moved, which the exercise allows",
             "for kv in layer:",
             "for kv in layer[:1]:",
+        ),
+    ],
+    ("07_add_and_norm", "MySublayerConnection"): [
+        (
+            "the package's Dropout",
+            "self.drop = nn.Dropout(dropout)",
+            "self.drop = Dropout(dropout)",
+        ),
+        (
+            "functional dropout",
+            "x + self.drop(sublayer(inner))",
+            "x + nn.functional.dropout(sublayer(inner), self.drop.p, self.training)",
         ),
     ],
     ("06_embeddings", "my_init_"): [
