@@ -19,7 +19,7 @@ from cli_helpers import COPY, SENTENCES, fails, listing
 import annotated.runs.folder as runs
 from annotated.app import main
 from annotated.data import save_tokenizer, train_tokenizer
-from annotated.files import atomic_write
+from annotated.files import atomic_write, sha256_of
 from annotated.model import make_model
 from annotated.runs import write_manifest, write_results
 from annotated.training import Trainer, load_checkpoint, save_checkpoint
@@ -51,9 +51,12 @@ def make_run(folder: Path, tok, run_id="r1", **config) -> Path:
     torch.manual_seed(0)
     dims = {"n_layers": 1, "d_model": 16, "d_ff": 32, "n_heads": 2, "max_len": 80, **config}
     model = make_model(V, V, shared_vocab=True, **dims)
-    save_checkpoint(folder / "checkpoint.pt", model, step=1, task="multi30k", run=run_id)
-    save_model(folder / "model.safetensors", model, step=1, task="multi30k", run=run_id)
     save_tokenizer(tok, folder / "tokenizer.json")
+    use_with = {"direction": "de-en", "tokenizer_sha256": sha256_of(folder / "tokenizer.json")}
+    save_checkpoint(
+        folder / "checkpoint.pt", model, step=1, task="multi30k", run=run_id, **use_with
+    )
+    save_model(folder / "model.safetensors", model, step=1, task="multi30k", run=run_id, **use_with)
     write_manifest(folder, run_id, 1)
     return folder / "model.safetensors"
 
@@ -371,10 +374,21 @@ def test_wrong_tokenizers_are_refused(capsys, monkeypatch, run_dir, tmp_path):
     ckpt = run_dir / "model.safetensors"
     (tmp_path / "junk.json").write_text('{"not": "a tokenizer"}')
     code, _, err = translate(capsys, monkeypatch, ckpt, "--tokenizer", tmp_path / "junk.json", "x")
+    assert code == 2 and "is not the tokenizer that the model in" in err and err.count("\n") == 1
+    model, info = load_model(ckpt)  # a model that records the junk's hash: parsed, and refused
+    junk_sha256 = sha256_of(tmp_path / "junk.json")
+    save_model(tmp_path / "junk.safetensors", model, **{**info, "tokenizer_sha256": junk_sha256})
+    junk_model = tmp_path / "junk.safetensors"
+    code, _, err = translate(
+        capsys, monkeypatch, junk_model, "--tokenizer", tmp_path / "junk.json", "x"
+    )
     assert code == 2 and "is not a tokenizer file" in err and err.count("\n") == 1
     small = train_tokenizer(SENTENCES, vocab_size=40)
     save_tokenizer(small, tmp_path / "small.json")
-    code, _, err = translate(capsys, monkeypatch, ckpt, "--tokenizer", tmp_path / "small.json", "x")
+    small_sha256 = sha256_of(tmp_path / "small.json")  # a model that records it, of another size
+    save_model(tmp_path / "small.safetensors", model, **{**info, "tokenizer_sha256": small_sha256})
+    small_model, small_json = tmp_path / "small.safetensors", tmp_path / "small.json"
+    code, _, err = translate(capsys, monkeypatch, small_model, "--tokenizer", small_json, "x")
     assert code == 2 and f"has {small.get_vocab_size()} tokens" in err and "different runs" in err
 
 

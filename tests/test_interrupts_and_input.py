@@ -22,6 +22,7 @@ import annotated.app.cli as cli
 import annotated.runs.folder as runs
 from annotated.app import CopyTask, main
 from annotated.data import save_tokenizer, train_tokenizer
+from annotated.files import sha256_of
 from annotated.model import make_model
 from annotated.runs import write_manifest
 from annotated.training import Trainer, load_checkpoint
@@ -120,8 +121,17 @@ def run_dir(tmp_path_factory) -> Path:
     model = make_model(
         V, V, shared_vocab=True, n_layers=1, d_model=16, d_ff=32, n_heads=2, max_len=80
     )
-    save_model(folder / "model.safetensors", model, step=1, task="multi30k", run="r1")
     save_tokenizer(tok, folder / "tokenizer.json")
+    sha256 = sha256_of(folder / "tokenizer.json")
+    save_model(
+        folder / "model.safetensors",
+        model,
+        step=1,
+        task="multi30k",
+        run="r1",
+        direction="de-en",
+        tokenizer_sha256=sha256,
+    )
     write_manifest(folder, "r1", 1)
     return folder
 

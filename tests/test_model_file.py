@@ -244,3 +244,54 @@ def test_each_committed_model_loads_unpickled_and_names_its_run(name, monkeypatc
         tokenizer = hashlib.sha256((folder / "tokenizer.json").read_bytes()).hexdigest()
         assert info["tokenizer_sha256"] == tokenizer
         assert record["task"] == f"multi30k {info['direction']}"
+
+
+# ---- review of appendices 21-37 (weak checks 2 and 12) -------------------------------------------
+
+
+def test_a_config_whose_layers_the_file_does_not_hold_is_refused_before_any_model_is_built(
+    good, monkeypatch
+):
+    """n_layers is counted in the header's tensor names: 2,000 layers on `meta` took 16 s."""
+    import annotated.training.model_file as model_file
+
+    def built(*args, **kwargs):
+        raise AssertionError("a model was built before the layers were counted")
+
+    monkeypatch.setattr(model_file, "Transformer", built)
+    bad = rewritten(
+        good,
+        lambda h: h["__metadata__"].update(
+            config=h["__metadata__"]["config"].replace('"n_layers": 1', '"n_layers": 2000')
+        ),
+    )
+    assert "the config says n_layers=2000, but the file holds weights for 1 encoder layers" in (
+        refusal(bad)
+    )
+
+
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        (
+            "direction",
+            "xx-yy",
+            "its metadata's direction must be one of ['de-en', 'en-de'], got 'xx-yy'",
+        ),
+        ("direction", 5, "its metadata's direction must be one of ['de-en', 'en-de'], got 5"),
+        ("tokenizer_sha256", 5, "its metadata's tokenizer_sha256 must be a SHA-256 in hex, got 5"),
+        ("task", ["multi30k"], "its metadata's task must be a task's name, got ['multi30k']"),
+        ("run", {"a": 1}, "its metadata's run must be a run's id, got {'a': 1}"),
+        ("step", -1, "its metadata's step must be an int >= 0, got -1"),
+        ("step", 2.5, "its metadata's step must be an int >= 0, got 2.5"),
+    ],
+)
+def test_metadata_beyond_the_config_is_checked_on_reading_and_writing(
+    good, tiny, tmp_path, key, value, says
+):
+    bad = rewritten(good, lambda h: h["__metadata__"].update({key: json.dumps(value)}))
+    assert refusal(bad) == f"{bad}: {says}"
+    with pytest.raises(ValueError) as err:
+        save_model(tmp_path / "new.safetensors", tiny, **{key: value})
+    assert str(err.value) == f"{tmp_path / 'new.safetensors'} not written: {says}"
+    assert not (tmp_path / "new.safetensors").exists()

@@ -196,3 +196,17 @@ def test_the_book_states_the_download_size_of_the_files(data_dir):
         text = "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
         stated = [float(mb) for mb in re.findall(r"([\d.]+) MB", text)]
         assert stated and all(mb == round(total, 1) for mb in stated), (name, stated, total)
+
+
+def test_downloads_go_under_the_package_cache_variable(data_dir, monkeypatch, tmp_path):
+    """One variable for every download of the package (review of appendices 21-37, item 6)."""
+    from annotated.book_files import CACHE_ENV
+
+    monkeypatch.delenv(MULTI30K_ENV, raising=False)
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    serve(monkeypatch, {name: (data_dir / name).read_bytes() for name in MULTI30K_SHA256})
+    assert load_multi30k("val") == load_multi30k("val", data_dir)
+    assert sorted(p.name for p in (tmp_path / "cache" / "multi30k").iterdir()) == [
+        "val.de.gz",
+        "val.en.gz",
+    ]

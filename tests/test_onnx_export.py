@@ -174,8 +174,13 @@ def tiny(tmp_path_factory):
     with torch.no_grad():  # float16 values in the encoder, float32 ones that it rounds elsewhere
         for p in model.encoder.parameters():
             p.copy_(p.half().float())
-    save_model(folder / "model.safetensors", model)
     save_tokenizer(tok, folder / "tokenizer.json")
+    use_with = {
+        "task": "multi30k",
+        "direction": "de-en",
+        "tokenizer_sha256": sha256_of(folder / "tokenizer.json"),
+    }
+    save_model(folder / "model.safetensors", model, **use_with)
     before, store = {}, onnx_export.store_exact_float16
 
     def keep_a_copy(path, *args, **kwargs):
@@ -293,8 +298,13 @@ def test_an_export_stopped_between_its_renames_is_caught(tiny, tmp_path, monkeyp
     torch.manual_seed(1)  # another model of the same shape: every graph differs
     V = config["vocab_size"]
     other = make_model(V, V, shared_vocab=True, n_layers=1, d_model=32, d_ff=64, n_heads=2)
-    save_model(tmp_path / "model.safetensors", other)
     shutil.copyfile(folder / "tokenizer.json", tmp_path / "tokenizer.json")
+    use_with = {
+        "task": "multi30k",
+        "direction": "de-en",
+        "tokenizer_sha256": sha256_of(tmp_path / "tokenizer.json"),
+    }
+    save_model(tmp_path / "model.safetensors", other, **use_with)
     replace, renamed = os.replace, []
 
     def killed_after_the_first(src, dst):

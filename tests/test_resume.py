@@ -1,6 +1,7 @@
 """Resume with dropout on (issue 32): `train --resume` puts the random generators back, so a run
 stopped mid-way and resumed draws the same dropout masks as one that never stopped, bit for bit."""
 
+import contextlib
 import json
 import signal
 
@@ -119,8 +120,13 @@ def test_a_full_disk_while_saving_stays_a_write_error(tmp_path, monkeypatch):
     def full(path, write):
         raise WriteError(f"could not write {path}: the disk is full (0.0 MiB free there)")
 
+    @contextlib.contextmanager
+    def full_path(path):
+        raise WriteError(f"could not write {path}: the disk is full (0.0 MiB free there)")
+        yield
+
     monkeypatch.setattr(files, "atomic_write", full)
-    monkeypatch.setattr("annotated.training.checkpoint.atomic_write", full)
+    monkeypatch.setattr("annotated.training.checkpoint.atomic_path", full_path)
     folder = RunFolder(tmp_path, run_id="r", options={}, task="copy", main=True)
     tiny = make_model(5, 5, n_layers=1, d_model=8, d_ff=16, n_heads=2)
     with pytest.raises(WriteError, match="the disk is full.*no checkpoint had been saved yet"):

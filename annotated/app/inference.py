@@ -19,7 +19,7 @@ from ..data.multi30k import check_direction, direction_name
 from ..training.model_file import load_model
 from ..data.tokenizer import encode
 from ..model.transformer import Transformer
-from ..runs.folder import check_run_file
+from ..runs.folder import MANIFEST, check_run_file
 from .memory import check_memory
 from ..data.tokenizer_file import load_tokenizer
 
@@ -35,43 +35,44 @@ class LoadedModel(NamedTuple):
 def load_for_inference(
     checkpoint: str, tokenizer: str | None, device: torch.device, direction: str | None = None
 ) -> LoadedModel:
-    """The model and tokenizer of a Multi30k run, each checked against the other and the run's manifest.
+    """The model and tokenizer of a Multi30k run, each checked against the other (and its run's folder).
 
-    `direction`, if given, must be the one the model was trained for (else the checkpoint says it)."""
+    `direction`, if given, must be the one the model was trained for."""
     if direction is not None:
         check_direction(direction)
     path = Path(checkpoint)
     if not path.is_file():
         raise FileNotFoundError(f"model file not found: {path}")
+    model, info = load_model(path)  # safetensors: no code runs (appendix 21); a checkpoint is named here
+    if info.get("task", "multi30k") != "multi30k":
+        raise ValueError(
+            f"{path} holds a model trained on the {info['task']} task; evaluate and translate need a "
+            "Multi30k model (train --task multi30k)"
+        )
+    for key in ("task", "direction", "tokenizer_sha256"):  # load_model checked each one's kind
+        if key not in info:
+            raise ValueError(f"{path} does not record its {key}: a Multi30k model file records its "
+                             "task, direction and tokenizer's SHA-256, as 'train' writes it")
     tok_path = Path(tokenizer) if tokenizer else path.with_name("tokenizer.json")
     if not tok_path.is_file():
         raise FileNotFoundError(f"tokenizer file not found: {tok_path} (pass --tokenizer)")
-    model, info = load_model(path)  # safetensors: no code runs (appendix 21); then moved: any device
-    task, run_id = info.get("task", "multi30k"), info.get("run")
-    if task != "multi30k":
-        raise ValueError(
-            f"{path} holds a model trained on the {task} task; evaluate and translate need a "
-            "Multi30k model (train --task multi30k)"
-        )
-    check_run_file(path, run_id)
-    if tok_path.parent == path.parent:
-        check_run_file(tok_path, run_id)
-    recorded = info.get("tokenizer_sha256")  # None: saved before 'train' recorded it
-    tok = load_tokenizer(tok_path, recorded, path)  # capped, hashed, then parsed (appendix 21)
+    if (path.parent / MANIFEST).is_file() or (path.parent / "checkpoint.pt").is_file():  # a run's folder
+        check_run_file(path, info.get("run"))
+        if tok_path.parent == path.parent:
+            check_run_file(tok_path, info.get("run"))
+    tok = load_tokenizer(tok_path, info["tokenizer_sha256"], path)  # capped, hashed, then parsed (appendix 21)
     cfg, size = model.cfg, tok.get_vocab_size()
     if size != cfg.src_vocab or size != cfg.tgt_vocab:
         raise ValueError(
             f"{tok_path} has {size} tokens but the model in {path} has vocabularies of "
             f"{cfg.src_vocab} and {cfg.tgt_vocab}: they come from different runs (pass --tokenizer)"
         )
-    trained = info.get("direction", "de-en")  # saved before there was a choice: German->English
-    if direction is not None and direction != trained:
+    if direction is not None and direction != info["direction"]:
         raise ValueError(
             f"--direction {direction} asks for {direction_name(direction)}, but the model in {path} "
-            f"translates {direction_name(trained)} ({trained})"
+            f"translates {direction_name(info['direction'])} ({info['direction']})"
         )
-    return LoadedModel(model.to(device).eval(), tok, trained)
-
+    return LoadedModel(model.to(device).eval(), tok, info["direction"])
 
 # %% ../../notebooks/32_inference.ipynb #c004c
 def check_beam(beam: int, model: Transformer, device: torch.device, sentences: int = 64) -> None:

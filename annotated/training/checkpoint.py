@@ -7,25 +7,24 @@ __all__ = ['CHECKPOINT_FORMAT', 'save_checkpoint', 'Checkpoint', 'load_checkpoin
 
 # %% ../../notebooks/21_checkpoints.ipynb #c035a
 import dataclasses
-import io
 import os
 import zipfile
+from pathlib import Path
 
 import torch
 from torch import Tensor
 from torch.optim.lr_scheduler import LRScheduler
 
-from ..files import atomic_write
+from ..files import atomic_path
 from ..model.transformer import Transformer, TransformerConfig
-from .torch_file import _MAX_PICKLE, check_entries, read_checked
-
+from .torch_file import _oversize, check_entries, read_checked
 
 # %% ../../notebooks/21_checkpoints.ipynb #c036
 CHECKPOINT_FORMAT = "annotated.training/1"
 _CHECKPOINT_TYPES = {"format": str, "config": dict, "model": dict, "optimizer": dict | None,  # entry: type
                      "scheduler": dict | None, "step": int, "rng": dict, "extra": dict}
 
-# %% ../../notebooks/21_checkpoints.ipynb #c036-2
+# %% ../../notebooks/21_checkpoints.ipynb #c036-rules
 _PLAIN = (Tensor, bool, int, float, str, type(None))  # and lists, tuples and dicts of them
 
 
@@ -43,6 +42,27 @@ def _check_extras(value: object, where: str) -> None:
                          "None, bool, int, float, str, and lists, tuples and dicts of them; not written")
 
 
+def _step_problem(step: object) -> str | None:
+    """What is wrong with a checkpoint's step, or None: it counts updates."""
+    if type(step) is not int or step < 0:  # True is an int too: refused, and so is 2.7
+        return f"its step must count updates (an int >= 0), got {step!r}"
+    return None
+
+
+def _weight_bytes(model: Transformer) -> int:
+    """A model's weights and buffers in float32, as a checkpoint's config rebuilds them."""
+    return sum(t.numel() * 4 for t in [*model.parameters(), *model.buffers()])
+
+
+def _too_much_data(unpacked: int, model: Transformer) -> str | None:
+    """What is wrong with `unpacked` bytes of tensors in a checkpoint of `model`, or None."""
+    most = 3 * _weight_bytes(model) + 64 * 2**20  # weights, Adam's two moments, 64 MiB for RNG states and extras
+    if unpacked > most:
+        return (f"its tensors unpack to {unpacked / 2**20:,.0f} MiB, more than the {most / 2**20:,.0f} MiB "
+                "that its config's weights and optimizer state can fill")
+    return None
+
+# %% ../../notebooks/21_checkpoints.ipynb #c036-2
 def save_checkpoint(
     path: str | os.PathLike,
     model: Transformer,
@@ -56,6 +76,8 @@ def save_checkpoint(
         raise TypeError(
             f"model must be a Transformer (its config is saved), got {type(model).__name__}"
         )
+    if problem := _step_problem(step):
+        raise ValueError(f"{path} not written: {problem}")
     _check_extras(extra, "extra")
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
     state = {
@@ -64,18 +86,19 @@ def save_checkpoint(
         "model": model.state_dict(),
         "optimizer": None if optimizer is None else optimizer.state_dict(),
         "scheduler": None if scheduler is None else scheduler.state_dict(),
-        "step": int(step),
+        "step": step,
         "rng": {"torch": torch.get_rng_state(), "cuda": cuda},
         "extra": extra,
     }
-    with torch.serialization.skip_data(), io.BytesIO() as pickle_only:  # the extras alone: small
-        torch.save(extra, pickle_only)
-        infos = zipfile.ZipFile(pickle_only).infolist()
-    pickled = sum(info.file_size for info in infos if "/data/" not in info.filename)
-    if pickled > _MAX_PICKLE // 2:  # the rest: ~100 bytes a member, 1.7 MiB at the cap
-        raise ValueError(f"{path} not written: its extras pickle to {pickled / 2**20:,.1f} MiB, more "
-                         f"than half the {_MAX_PICKLE / 2**20:,.0f} MiB pickle that load_checkpoint reads")
-    atomic_write(path, lambda f: torch.save(state, f))
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:  # whole or not at all: a refused file replaces nothing
+        torch.save(state, f)  # an open file: the archive's members are named archive/..., whatever the file's name
+        f.flush()
+        with zipfile.ZipFile(tmp) as archive:  # measured as load_checkpoint will measure it
+            infos = archive.infolist()
+        pickled = sum(info.file_size for info in infos if "/data/" not in info.filename)
+        unpacked = sum(info.file_size for info in infos) - pickled
+        if problem := _oversize("checkpoint", len(infos), pickled) or _too_much_data(unpacked, model):
+            raise ValueError(f"{path} not written: {problem}")
 
 # %% ../../notebooks/21_checkpoints.ipynb #c037
 @dataclasses.dataclass
@@ -88,6 +111,7 @@ class Checkpoint:
     optimizer_state: dict | None
     scheduler_state: dict | None
     rng_state: dict
+    path: Path | None = None  # the file it was read from, named when a state cannot be restored
 
     def restore(
         self,
@@ -102,14 +126,42 @@ class Checkpoint:
         ):
             if obj is not None and saved is None:
                 raise ValueError(f"{name} given, but the checkpoint holds no {name} state")
-            if obj is not None:
-                obj.load_state_dict(saved)
-        if rng:
-            torch.set_rng_state(self.rng_state["torch"].cpu())
-            if self.rng_state["cuda"] and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all([s.cpu() for s in self.rng_state["cuda"]])
+        try:  # a crafted state of the right type but the wrong content: one line that names the file
+            if optimizer is not None:
+                _check_moments(optimizer, self.optimizer_state)
+                optimizer.load_state_dict(self.optimizer_state)
+            if scheduler is not None:
+                scheduler.load_state_dict(self.scheduler_state)
+            if rng:
+                torch.set_rng_state(self.rng_state["torch"].cpu())
+                if self.rng_state["cuda"] and torch.cuda.is_available():
+                    torch.cuda.set_rng_state_all([s.cpu() for s in self.rng_state["cuda"]])
+        except (AttributeError, KeyError, RuntimeError, TypeError, ValueError) as err:
+            raise ValueError(f"{self.path or 'the checkpoint'}: its saved states cannot be restored ({type(err).__name__}: {err})") from err
+
+# %% ../../notebooks/21_checkpoints.ipynb #c037-moments
+def _check_moments(optimizer: torch.optim.Optimizer, saved: dict) -> None:
+    """Refuse a saved moment whose shape is not its parameter's (the state lists parameters by number)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    numbers = [i for group in saved["param_groups"] for i in group["params"]]
+    for i, param in zip(numbers, params, strict=False):  # counts that differ: load_state_dict refuses them
+        for name, value in saved["state"].get(i, {}).items():
+            if isinstance(value, Tensor) and value.dim() > 0 and value.shape != param.shape:
+                raise ValueError(f"the optimizer state of parameter {i} holds {name} of shape "
+                                 f"{tuple(value.shape)}, but the parameter's shape is {tuple(param.shape)}")
 
 # %% ../../notebooks/21_checkpoints.ipynb #e8506d17
+def _check_layers(path, cfg: TransformerConfig, names) -> None:
+    """Refuse a config whose n_layers is not the number of layers the file's tensor names hold."""
+    for side in ("encoder", "decoder"):  # from the names alone: a deep model takes seconds to build, even on meta
+        found = {k.split(".")[2] for k in names if k.startswith(f"{side}.layers.")}
+        if len(found) != cfg.n_layers:
+            raise ValueError(
+                f"{path}: the config says n_layers={cfg.n_layers}, but the file holds weights "
+                f"for {len(found)} {side} layers"
+            )
+
+
 def _checked_config(path, state: dict, unpacked: int) -> TransformerConfig:
     """The saved config, checked against the tensors' shapes and the bytes the archive unpacks to."""
     weights = state["model"]
@@ -119,13 +171,7 @@ def _checked_config(path, state: dict, unpacked: int) -> TransformerConfig:
         cfg = TransformerConfig(**state["config"])
     except (TypeError, ValueError) as err:
         raise ValueError(f"{path} holds an invalid model config: {err}") from err
-    for side in ("encoder", "decoder"):  # counted first: a huge n_layers is cheap to catch here
-        found = {k.split(".")[2] for k in weights if k.startswith(f"{side}.layers.")}
-        if len(found) != cfg.n_layers:
-            raise ValueError(
-                f"{path}: the config says n_layers={cfg.n_layers}, but the file holds weights "
-                f"for {len(found)} {side} layers"
-            )
+    _check_layers(path, cfg, weights)  # counted first: a huge n_layers is cheap to catch here
     with torch.device("meta"):  # shapes without memory: a config asking for 8 GB costs nothing
         skeleton = Transformer(cfg)
     expected = skeleton.state_dict()
@@ -140,19 +186,13 @@ def _checked_config(path, state: dict, unpacked: int) -> TransformerConfig:
             f"mismatches, first: {', '.join(wrong[:3])})"
         )
     saved = sum(t.numel() * t.element_size() for t in weights.values())
-    needed = sum(t.numel() * t.element_size() for t in [*skeleton.parameters(), *skeleton.buffers()])
-    if needed > 2 * saved + 256 * 2**20:  # 256 MiB: room for the position table, not in the file
+    if (needed := _weight_bytes(skeleton)) > 2 * saved + 256 * 2**20:  # 256 MiB: the position table, not in the file
         raise ValueError(
             f"{path}: its config (max_len={cfg.max_len}) asks for {needed / 2**20:,.0f} MiB, "
             f"but its weights hold {saved / 2**20:,.1f} MiB; the config is damaged"
         )
-    most = 3 * needed + 64 * 2**20  # the weights and Adam's two moments of each, plus 64 MiB for RNG states and extras
-    if unpacked > most:
-        raise ValueError(
-            f"{path}: its tensors unpack to {unpacked / 2**20:,.0f} MiB, more than the "
-            f"{most / 2**20:,.0f} MiB that its config's weights and optimizer state can fill; "
-            "refused unread (a damaged or crafted file)"
-        )
+    if problem := _too_much_data(unpacked, skeleton):
+        raise ValueError(f"{path}: {problem}; refused unread (a damaged or crafted file)")
     return cfg
 
 # %% ../../notebooks/21_checkpoints.ipynb #c5e2a7d4
@@ -170,8 +210,9 @@ def _read_checkpoint(path: str | os.PathLike, map_location) -> tuple[dict, Trans
                              f"{CHECKPOINT_FORMAT!r} and keys {list(_CHECKPOINT_TYPES)}, got {got}")
         check_entries(path, state, "checkpoint", _CHECKPOINT_TYPES)
         check_entries(path, state["rng"], "checkpoint's rng entry", {"torch": Tensor, "cuda": list})
-        if type(state["step"]) is not int or state["step"] < 0:  # True is an int too: refused
-            raise ValueError(f"{path}: its step must count updates (an int >= 0), got {state['step']!r}")
+        _check_random_states(path, state["rng"])
+        if problem := _step_problem(state["step"]):
+            raise ValueError(f"{path}: {problem}")
         cfg.append(_checked_config(path, state, unpacked))
 
     state = read_checked(path, validate, map_location)
@@ -183,6 +224,16 @@ def _read_checkpoint(path: str | os.PathLike, map_location) -> tuple[dict, Trans
             "the run that wrote it diverged or the file is damaged"
         )
     return state, cfg[0]
+
+
+def _check_random_states(path, rng: dict) -> None:
+    """Refuse random states that are not PyTorch's: on a machine with a GPU they would fail deep inside."""
+    states = {"torch": rng["torch"], **{f"cuda[{i}]": s for i, s in enumerate(rng["cuda"])}}
+    odd = [f"{k} holds {s.dtype if isinstance(s, Tensor) else type(s).__name__}" for k, s in states.items()
+           if not (isinstance(s, Tensor) and s.dtype == torch.uint8)]
+    if odd:
+        raise ValueError(f"{path}: its random states must be uint8 tensors, as PyTorch saves them; "
+                         f"{', '.join(odd)}")
 
 # %% ../../notebooks/21_checkpoints.ipynb #c039
 def load_checkpoint(
@@ -206,10 +257,7 @@ def load_checkpoint(
         raise ValueError(f"model's config differs from the one in {path}: {model.cfg} vs {cfg}")
     model.load_state_dict(state["model"])
     ckpt = Checkpoint(
-        model, state["step"], state["extra"], state["optimizer"], state["scheduler"], state["rng"]
+        model, state["step"], state["extra"], state["optimizer"], state["scheduler"], state["rng"], Path(path)
     )
-    try:  # a crafted optimizer, scheduler or random state of the right type but the wrong content
-        ckpt.restore(optimizer, scheduler, rng=restore_rng)
-    except (KeyError, RuntimeError, TypeError, ValueError) as err:
-        raise ValueError(f"{path}: its saved states cannot be restored ({type(err).__name__}: {err})") from err
+    ckpt.restore(optimizer, scheduler, rng=restore_rng)  # a state that cannot be: one line, naming the file
     return ckpt

@@ -9,17 +9,36 @@ __all__ = ['MODEL_FORMAT', 'save_model', 'load_model']
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from ..data.multi30k import DIRECTIONS
 from ..files import atomic_path
 from ..model.transformer import Transformer, TransformerConfig
+from .checkpoint import _check_layers, _weight_bytes
 
 MODEL_FORMAT = "annotated.model/1"
 _DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}  # header name: dtype
+_COUNT = (lambda v: type(v) is int and v >= 0, "an int >= 0")
+_INFO = {  # what a model file's metadata may say besides its config: a rule, and what it asks for
+    "step": _COUNT, "snapshots": _COUNT, "seq_len": _COUNT, "min_len": _COUNT,
+    "task": (lambda v: type(v) is str and v.isidentifier(), "a task's name"),
+    "run": (lambda v: type(v) is str and v.isalnum(), "a run's id"),
+    "direction": (lambda v: type(v) is str and v in DIRECTIONS, f"one of {list(DIRECTIONS)}"),
+    "tokenizer_sha256": (lambda v: type(v) is str and re.fullmatch("[0-9a-f]{64}", v) is not None, "a SHA-256 in hex"),
+}
+
+
+def _info_problem(info: dict) -> str | None:
+    """What is wrong with a model file's metadata beyond its config, or None: one rule for both ways."""
+    for key, value in info.items():
+        if key in _INFO and not _INFO[key][0](value):
+            return f"its metadata's {key} must be {_INFO[key][1]}, got {value!r}"
+    return None
 
 
 def _stored(model: Transformer) -> dict[str, torch.Tensor]:
@@ -32,6 +51,8 @@ def save_model(path: str | os.PathLike, model: Transformer, **info: object) -> N
     """Write the weights as safetensors, with the config and `info` (each JSON-encoded) as metadata."""
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a Transformer (its config is saved), got {type(model).__name__}")
+    if problem := _info_problem(info):
+        raise ValueError(f"{path} not written: {problem}")
     config = dataclasses.asdict(model.cfg)
     metadata = {"format": MODEL_FORMAT, "config": json.dumps(config)}
     metadata |= {k: json.dumps(v) for k, v in info.items()}  # metadata values are strings
@@ -46,9 +67,12 @@ def _config(path: Path, metadata: dict[str, str] | None) -> tuple[TransformerCon
         raise ValueError(f"{path} is not an annotated model: its metadata has no format {MODEL_FORMAT!r}")
     try:
         info = {k: json.loads(v) for k, v in metadata.items() if k != "format"}
-        return TransformerConfig(**info.pop("config")), info
+        cfg = TransformerConfig(**info.pop("config"))
     except (KeyError, TypeError, ValueError) as err:  # not JSON, no config, or not a config
         raise ValueError(f"{path} holds an invalid model config: {type(err).__name__}: {err}") from None
+    if problem := _info_problem(info):  # the file's own words, never blamed on the user's options
+        raise ValueError(f"{path}: {problem}")
+    return cfg, info
 
 
 def load_model(path: str | os.PathLike) -> tuple[Transformer, dict]:
@@ -62,10 +86,11 @@ def load_model(path: str | os.PathLike) -> tuple[Transformer, dict]:
     try:
         with safe_open(path, "pt", device="cpu") as f:
             cfg, info = _config(path, f.metadata())
+            found = {k: (f.get_slice(k).get_dtype(), torch.Size(f.get_slice(k).get_shape())) for k in f.keys()}
+            _check_layers(path, cfg, found)  # from the header's names, before any model is built
             with torch.device("meta"):  # shapes without memory: a config asking for 8 GB costs nothing
                 skeleton = Transformer(cfg)
             expected = {k: t.shape for k, t in _stored(skeleton).items()}
-            found = {k: (f.get_slice(k).get_dtype(), torch.Size(f.get_slice(k).get_shape())) for k in f.keys()}
             wrong = sorted(set(expected) ^ set(found)) + [
                 f"{k} {dtype} {tuple(shape)} (config: {tuple(expected[k])})" for k, (dtype, shape) in found.items()
                 if k in expected and (shape != expected[k] or dtype not in _DTYPES)
@@ -73,7 +98,7 @@ def load_model(path: str | os.PathLike) -> tuple[Transformer, dict]:
             if wrong:
                 raise ValueError(f"{path}: the tensors do not fit the model its config describes ({len(wrong)} "
                                  f"mismatches, first: {', '.join(wrong[:3])})")
-            needed = sum(t.numel() * 4 for t in [*skeleton.parameters(), *skeleton.buffers()])
+            needed = _weight_bytes(skeleton)
             if needed > 4 * os.path.getsize(path) + 256 * 2**20:  # fp16 on disk, float32 in memory: 2x, 4x with room
                 raise ValueError(f"{path}: its config (max_len={cfg.max_len}) asks for {needed / 2**20:,.0f} "
                                  f"MiB, far more than its weights hold; the config is damaged")

@@ -8,6 +8,7 @@ __all__ = ['read_checked', 'check_entries']
 # %% ../../notebooks/21_checkpoints.ipynb #c038
 import os
 import re
+import struct
 import zipfile
 from collections import Counter
 from collections.abc import Callable
@@ -16,24 +17,53 @@ from typing import BinaryIO
 
 import torch
 
-# bytes of the pickled part: 0.1 MiB for the paper's base model with Adam's state, plus about 20 bytes
-# per update of loss curve (2 MiB after the base model's 100K updates, 6 MiB after the big one's 300K).
-# Unpickling can hold ~72 times the bytes (each `}` byte: a 64-byte empty dict and its 8-byte stack slot).
-_MAX_PICKLE = 16 * 2**20  # 16 MiB: about eight times that of the base model after 100K updates
+# Bytes of the pickled part: 0.1 MiB for the paper's base model with Adam's state, 0.3 MiB with a loss
+# curve and an evaluation curve at their cap of CURVE_POINTS rows each (appendix 31), after any number
+# of updates. Unpickling can hold ~72 times the bytes (each `}` byte: a 64-byte empty dict and its
+# 8-byte stack slot), so the cap bounds the memory that unpickling takes too (1.2 GB).
+_MAX_PICKLE = 16 * 2**20  # 16 MiB: about fifty times the largest pickle a run writes
 _MAX_MEMBERS = 16_384  # the paper's base model with Adam's state: 1,027 members (a file per tensor)
+_MAX_DIRECTORY = 256 * _MAX_MEMBERS  # 4 MiB of member records: a record of torch.save's takes ~60 bytes
 
 
-def _member_sizes(path, f: BinaryIO, kind: str = "checkpoint") -> dict[str, int]:
-    """Each member's size as the zip's directory declares it; stored members only, nothing unpacked."""
+def _oversize(kind: str, members: int = 0, pickled: int = 0) -> str | None:
+    """What makes an archive larger than any `kind` needs, or None: the rule for reading and writing."""
+    if members > _MAX_MEMBERS:
+        return f"its archive lists {members:,} members, more than the {_MAX_MEMBERS:,} any {kind} needs"
+    if pickled > _MAX_PICKLE:
+        return (f"its pickle unpacks to {pickled / 2**20:,.0f} MiB, more than any {kind}'s config and "
+                f"extras ({_MAX_PICKLE / 2**20:,.0f} MiB)")
+    return None
+
+# %% ../../notebooks/21_checkpoints.ipynb #c038-count
+def _count_members(path, f: BinaryIO, kind: str) -> None:
+    """Refuse an archive whose directory lists more members than any `kind` needs, counted in the
+    directory itself, or whose end record declares another count than the directory holds."""
     end = zipfile._EndRecData(f)  # the zip's end record, as is_zipfile reads it: a cut-off file has none
     if end is None:
-        raise ValueError(
-            f"{path} is not a {kind}: expected the zip archive that torch.save writes, "
-            "got a file that is truncated or of another kind"
-        )
-    if end[zipfile._ECD_ENTRIES_TOTAL] > _MAX_MEMBERS:  # listing each costs time and memory
-        raise ValueError(f"{path} is not a {kind}: its archive lists {end[zipfile._ECD_ENTRIES_TOTAL]:,} "
-                         f"members, more than the {_MAX_MEMBERS:,} any {kind} needs; refused unread")
+        raise ValueError(f"{path} is not a {kind}: expected the zip archive that torch.save writes, "
+                         "got a file that is truncated or of another kind")
+    size, declared = end[zipfile._ECD_SIZE], end[zipfile._ECD_ENTRIES_TOTAL]
+    if size > _MAX_DIRECTORY:
+        raise ValueError(f"{path} is not a {kind}: its directory takes {size / 2**20:,.1f} MiB, more than "
+                         f"the {_MAX_DIRECTORY / 2**20:,.0f} MiB that {_MAX_MEMBERS:,} members fill; refused unread")
+    zip64 = end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64  # two records more before the end
+    f.seek(end[zipfile._ECD_LOCATION] - size - (zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator) * zip64)
+    directory, at, members = f.read(size), 0, 0  # where the zip module reads it
+    while at + 46 <= len(directory) and directory[at : at + 4] == b"PK\x01\x02":  # 91,180 at most
+        at += 46 + sum(struct.unpack_from("<HHH", directory, at + 28))  # name, extra field, comment
+        members += 1
+    if problem := _oversize(kind, members=members):
+        raise ValueError(f"{path} is not a {kind}: {problem}; refused unread")
+    if at != size or members != declared:
+        raise ValueError(f"{path} is damaged: its end record counts {declared:,} members, but its directory "
+                         f"lists {members:,}{'' if at == size else ' and then bytes that are no record'}; "
+                         "refused unread")
+
+# %% ../../notebooks/21_checkpoints.ipynb #c038-sizes
+def _member_sizes(path, f: BinaryIO, kind: str = "checkpoint") -> dict[str, int]:
+    """Each member's size as the zip's directory declares it; stored members only, nothing unpacked."""
+    _count_members(path, f, kind)  # listing each costs time and memory
     try:
         with zipfile.ZipFile(f) as archive:
             infos = archive.infolist()
@@ -48,11 +78,8 @@ def _member_sizes(path, f: BinaryIO, kind: str = "checkpoint") -> dict[str, int]
     _check_layout(path, infos)
     sizes = {info.filename: info.file_size for info in infos}
     pickled = sum(n for name, n in sizes.items() if "/data/" not in name)  # all but tensor data
-    if pickled > _MAX_PICKLE:
-        raise ValueError(
-            f"{path}: its pickle unpacks to {pickled / 2**20:,.0f} MiB, more than any "
-            f"{kind}'s config and extras ({_MAX_PICKLE / 2**20:,.0f} MiB); refused unread"
-        )
+    if problem := _oversize(kind, pickled=pickled):
+        raise ValueError(f"{path} is not a {kind}: {problem}; refused unread")
     return sizes
 
 # %% ../../notebooks/21_checkpoints.ipynb #a4d0f1b3
@@ -93,7 +120,8 @@ def _load(path, f: BinaryIO, map_location, kind: str = "checkpoint") -> object:
                 f"{path} is not a {kind}: its pickle asks for {asks}, which no {kind} "
                 "holds; refused without running it"
             ) from err
-        reason = f"{type(err).__name__}: {(text.splitlines() or [''])[0]}"
+        first = (text.splitlines() or [""])[0].split(" (Could this error message be improved?")[0]
+        reason = f"{type(err).__name__}: {first}"  # without PyTorch's request for a better message
         raise ValueError(f"{path} could not be read as a {kind}; {reason}") from err
 
 # %% ../../notebooks/21_checkpoints.ipynb #d873f3ea
