@@ -544,3 +544,25 @@ def test_a_gpu_random_state_that_is_not_one_is_refused_on_any_machine(tmp_path, 
     assert str(err.value).startswith(
         f"{tmp_path / 'crafted.pt'}: its random states must be uint8 tensors, as PyTorch saves them; "
     ), err.value
+
+
+def test_pytorchs_request_for_a_better_message_is_left_out(tmp_path):
+    """A well-formed archive without the record torch.load reads first: PyTorch's own message, one
+    line, without its "(Could this error message be improved? ...)"."""
+    torch.manual_seed(0)
+    save_checkpoint(
+        tmp_path / "good.pt", make_model(5, 5, n_layers=1, d_model=8, d_ff=16, n_heads=2)
+    )
+    with (
+        zipfile.ZipFile(tmp_path / "good.pt") as src,
+        zipfile.ZipFile(tmp_path / "no_version.pt", "w") as dst,
+    ):
+        for name in src.namelist():
+            if not name.endswith("/version"):
+                dst.writestr(name, src.read(name))
+    with pytest.raises(ValueError) as err:
+        load_checkpoint(tmp_path / "no_version.pt")
+    assert str(err.value) == (
+        f"{tmp_path / 'no_version.pt'} could not be read as a checkpoint; RuntimeError: Expected "
+        'hasRecord("version") to be true, but got false.'
+    )

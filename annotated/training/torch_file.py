@@ -120,7 +120,7 @@ def _load(path, f: BinaryIO, map_location, kind: str = "checkpoint") -> object:
                 f"{path} is not a {kind}: its pickle asks for {asks}, which no {kind} "
                 "holds; refused without running it"
             ) from err
-        first = (text.splitlines() or [""])[0].split(" (Could this error message be improved?")[0]
+        first = (text.splitlines() or [""])[0].split("(Could this error message be improved?")[0].rstrip()
         reason = f"{type(err).__name__}: {first}"  # without PyTorch's request for a better message
         raise ValueError(f"{path} could not be read as a {kind}; {reason}") from err
 
