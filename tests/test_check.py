@@ -458,6 +458,8 @@ def test_python_dash_m_annotated_check_exits_non_zero_on_a_bug(solutions):
 
 RATES = """
 def noam(step, d_model, warmup):
+    if step < 1:
+        raise ValueError(f"updates count from 1, got step {step}")
     return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 def clamped(step, d_model, warmup):
@@ -473,6 +475,25 @@ def test_cli_grades_the_training_pieces(tmp_path, capsys):
     assert "check.learning_rate: 5 of 5 properties hold" in capsys.readouterr().out
     assert main(["check", "learning_rate", f"{tmp_path / 'rates.py'}:clamped"]) == 1
     assert "FAIL  step_zero_is_refused" in capsys.readouterr().out
+
+
+def test_sys_exit_in_the_learners_code_is_a_failed_property_not_an_exit():
+    """sys.exit raises SystemExit, a BaseException: the report catches it (Ctrl-C still stops a check)."""
+    import sys
+
+    def quits(q, k, v, mask=None):
+        sys.exit(0)
+
+    report = check.attention(quits)
+    assert not report and "raised SystemExit: 0" in str(report), str(report)
+    built = check.layer_norm(lambda d: sys.exit(3))
+    assert built.failed == ["builds"] and "SystemExit: 3" in str(built), str(built)
+
+    def interrupted(q, k, v, mask=None):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        check.attention(interrupted)
 
 
 def test_grading_a_float64_module_leaves_the_default_dtype_alone():

@@ -15,10 +15,10 @@ def mask_for_torch(mask):
 
 
 class TorchEncoder(nn.Module):
-    def __init__(self, d_model, n_heads, d_ff, norm_first=False):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__()
         self.layer = nn.TransformerEncoderLayer(
-            d_model, n_heads, d_ff, 0.0, batch_first=True, norm_first=norm_first
+            d_model, n_heads, d_ff, dropout, batch_first=True, norm_first=norm_first
         )
 
     def forward(self, x, mask=None):
@@ -26,10 +26,10 @@ class TorchEncoder(nn.Module):
 
 
 class TorchDecoder(nn.Module):
-    def __init__(self, d_model, n_heads, d_ff, norm_first=False):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__()
         self.layer = nn.TransformerDecoderLayer(
-            d_model, n_heads, d_ff, 0.0, batch_first=True, norm_first=norm_first
+            d_model, n_heads, d_ff, dropout, batch_first=True, norm_first=norm_first
         )
 
     def forward(self, x, memory, src_mask, tgt_mask):
@@ -41,16 +41,19 @@ class TorchDecoder(nn.Module):
 class OwnNames(nn.Module):
     """Written without the package: nn.MultiheadAttention, an nn.Sequential FFN, a list of norms."""
 
-    def __init__(self, d_model, n_heads, d_ff):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
         self.mix = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
         self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
         self.lns = nn.ModuleList([nn.LayerNorm(d_model), nn.LayerNorm(d_model)])
+        self.drop = nn.Dropout(dropout)  # on each sub-layer's output, before the sum (§5.4)
 
     def forward(self, x, mask=None):
         pad = mask_for_torch(mask)
-        x = self.lns[0](x + self.mix(x, x, x, key_padding_mask=pad, need_weights=False)[0])
-        return self.lns[1](x + self.mlp(x))
+        x = self.lns[0](
+            x + self.drop(self.mix(x, x, x, key_padding_mask=pad, need_weights=False)[0])
+        )
+        return self.lns[1](x + self.drop(self.mlp(x)))
 
 
 class InlineAttention(nn.Module):
@@ -135,20 +138,24 @@ def test_wiring_mistakes_in_an_encoder_layer_are_named(wrong, said):
             def attend(y):
                 return self.mix(y, y, y, key_padding_mask=pad, need_weights=False)[0]
 
-            n1, n2 = self.lns
+            (n1, n2), d = self.lns, self.drop
             if wrong == "nores":
-                return n2(self.mlp(n1(attend(x))))
+                return n2(d(self.mlp(n1(d(attend(x))))))
             if wrong == "ffn_first":
-                x = n1(x + self.mlp(x))
-                return n2(x + attend(x))
+                x = n1(x + d(self.mlp(x)))
+                return n2(x + d(attend(x)))
             if wrong == "pre":
-                x = x + attend(n1(x))
-                return x + self.mlp(n2(x))
-            x = x + attend(x)  # no LayerNorm after the first residual
-            return n2(x + self.mlp(x))
+                x = x + d(attend(n1(x)))
+                return x + d(self.mlp(n2(x)))
+            x = x + d(attend(x))  # no LayerNorm after the first residual
+            return n2(x + d(self.mlp(x)))
 
     report = encoder_layer(Mistaken)
-    also = {"pre": ["output_is_layer_normalised"], "no_norm": ["gradients_reach_every_parameter"]}
+    also = {
+        "nores": ["sublayer_outputs_dropped_at_rate"],  # no stream to carry the dropped entries
+        "pre": ["output_is_layer_normalised"],
+        "no_norm": ["gradients_reach_every_parameter"],
+    }
     also = also.get(wrong, [])  # pre-LN's output is not normalised; the unused norm learns nothing
     assert report.failed == ["sublayers_wired", *also], str(report)
     assert said in wiring_message(report).message, str(report)

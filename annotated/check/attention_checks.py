@@ -119,6 +119,7 @@ def _att_masked_keys(fn):
 def _att_fully_masked_row(fn):
     q, k, v, mask = attention_inputs()
     mask[0, 0, 0] = False  # the first query of the first sentence sees no key at all
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
     out = output_of(fn(q, k, v, mask))
     expect(bool(torch.isfinite(out).all()), "a query whose keys are all hidden gets NaN or inf")
     w = weights_of(fn, q, k, mask)[0, :, 0]  # (H, S): that query's weights in every head
@@ -127,7 +128,23 @@ def _att_fully_masked_row(fn):
         f"a query whose keys are all hidden gets weights up to {w.abs().max().item():.2g} and an "
         "output that is not zero: the rule is zero weights and a zero output (chapter 02)",
     )
-    return "a query with every key hidden gets zero weights and a zero output"
+    return finite_gradients(out, [q, k, v], ["the queries", "the keys", "the values"])
+
+
+def finite_gradients(out: Tensor, inputs: list[Tensor], names: list[str]) -> str:
+    """Backpropagate through a query that sees no key: every gradient must be finite (no 0/0)."""
+    grads = torch.autograd.grad((out * torch.randn(out.shape)).sum(), inputs, allow_unused=True)
+    bad = [f"{n} ({int((~g.isfinite()).sum())} entries)" for n, g in zip(names, grads, strict=True)
+           if g is not None and not bool(g.isfinite().all())]
+    expect(
+        not bad,
+        "the output is finite, but backpropagating through a query whose keys are all hidden gives "
+        f"NaN or inf gradients to {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}: the softmax "
+        "of a row of -inf is 0/0 in the backward pass too, even where its weights are zeroed afterwards, "
+        "and a -inf added to the scores carries that NaN back; masked_fill with a large finite negative "
+        "number instead (chapter 02)",
+    )
+    return "a query with every key hidden gets zero weights, a zero output and finite gradients"
 
 # %% ../../notebooks/24_check.ipynb #c017
 def _att_batch(fn):

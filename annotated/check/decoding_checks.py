@@ -161,6 +161,22 @@ def _gd_pad(subject):
     return "the pad id is never written as a token"
 
 
+def _gd_source_padding(subject):
+    fn, model = subject
+    short = torch.randint(3, N_VOCAB, (4, 3))  # (4, 3): four sources of three real tokens
+    padded = torch.cat([short, torch.full((4, 9), PAD)], 1)  # (4, 12): three quarters padding
+    alone = decoded(fn, model, short, (short != PAD)[:, None, None, :], 6, NEVER)
+    with_pads = decoded(fn, model, padded, (padded != PAD)[:, None, None, :], 6, NEVER)
+    for i in range(4):
+        expect(
+            with_pads[i].equal(alone[i]),
+            f"source {short[i].tolist()} with 9 pads after it gave {with_pads[i].tolist()}, without them "
+            f"{alone[i].tolist()}: the pads must be hidden, in the encoder and in the encoder-decoder "
+            "attention (pass src_mask to both)",
+        )
+    return "four sources, each padded to four times its length, decode as they do without the padding"
+
+
 def _gd_batch(subject):
     fn, model = subject
     src, src_mask = decode_inputs()
@@ -184,6 +200,7 @@ def greedy_decode(fn: Callable) -> Report:
         "stops_at_max_new_tokens": _gd_max_new_tokens,
         "stops_after_eos": _gd_after_eos,
         "pad_is_never_a_token": _gd_pad,
+        "source_padding_is_hidden": _gd_source_padding,
         "batch_independence": _gd_batch,
     }
     return run_properties("greedy_decode", lambda: (fn, toy_model()), properties)

@@ -128,7 +128,9 @@ def run_properties(piece: str, build: Callable, properties: dict[str, Callable])
             torch.manual_seed(0)
             try:
                 subject = build()
-            except Exception as err:
+            except KeyboardInterrupt:  # the reader's Ctrl-C stops the check
+                raise
+            except BaseException as err:  # sys.exit in your code too: a report, not an ended kernel
                 return Report(piece, [Result("builds", False, f"{type(err).__name__}: {err}")])
             torch.set_default_dtype(dtype_of(subject))  # the inputs a property makes follow the module
             return Report(piece, [run_one(name, prop, subject) for name, prop in properties.items()])
@@ -145,7 +147,9 @@ def run_one(name: str, prop: Callable, subject) -> Result:
         return Result(name, False, str(err), applies=False)
     except Failure as err:
         return Result(name, False, str(err))
-    except Exception as err:
+    except KeyboardInterrupt:  # the reader's Ctrl-C stops the check
+        raise
+    except BaseException as err:  # sys.exit in your code too: a failed property, not an ended kernel
         return Result(name, False, f"raised {type(err).__name__}: {err}")
 
 

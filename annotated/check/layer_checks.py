@@ -34,7 +34,7 @@ from annotated.check.framework import (
     with_common,
 )
 from annotated.check.stand_ins import reporting_stand_ins
-from annotated.check.sublayer_checks import dropout_placement, own_norms
+from annotated.check.sublayer_checks import built_at_rate, dropout_on_outputs, dropout_placement, own_norms
 from annotated.check.wiring import wiring
 
 # %% ../../notebooks/25_check_model.ipynb #c005
@@ -85,13 +85,28 @@ def _ln_reference(m):
 
 def _ln_small_variance(m):
     eps, said = eps_of(m)
-    root = eps**0.5  # std + eps and sqrt(var + eps) differ most where the std is near sqrt(eps)
+    root = eps**0.5  # std + eps and sqrt(var + eps) part where the std falls to sqrt(eps), and more below
     if root >= 1e-4:
         stds, what = [1e-2, 3e-3, 1e-3, 3e-4, 1e-4], "1e-4 .. 1e-2"
     else:  # a small eps: the quiet positions must reach down to sqrt(eps)
         stds, what = [1e-2, 1e-3, 1e-4, 3 * root, root], f"1e-2 down to sqrt(eps) = {root:.2g}"
     x = torch.randn(B, T, D) * torch.tensor(stds)[:, None]  # (B, T, D)
     return like_reference(m, x, f"inputs of standard deviation {what}", atol=1e-3, eps_said=(eps, said))
+
+# %% ../../notebooks/25_check_model.ipynb #c005f
+def _ln_fresh(m):
+    """§3.1's LayerNorm starts with gain 1 and bias 0: fresh, every position has mean 0 and variance 1."""
+    out = tensor_of(m(torch.randn(B, T, D) * 3 + 1), (B, T, D)).detach().double()
+    mean, var = out.mean(-1).abs().max().item(), out.var(-1, correction=0)
+    seen = f"mean up to {mean:.2g}" if mean >= 1e-4 else "mean 0 (within 1e-4)"  # not the rounding's digits
+    seen += f", variance {var.min().item():.4g} .. {var.max().item():.4g}"
+    expect(
+        bool(mean < 1e-3 and (var - 1).abs().max() < 1e-2),
+        f"freshly built, it gives positions of {seen}, expected mean 0 and variance 1: the gain starts "
+        "at 1 and the bias at 0 (chapter 07), and the variance is the biased one",
+    )
+    return f"freshly built, every position comes out with mean 0 and variance 1 (this run: {seen})"
+
 
 # %% ../../notebooks/25_check_model.ipynb #c006
 @reporting_stand_ins
@@ -101,6 +116,7 @@ def layer_norm(factory: Callable) -> Report:
     properties = with_common(
         lambda: (torch.randn(B, T, D),),
         (B, T, D),
+        normalised_when_fresh=_ln_fresh,
         matches_reference=_ln_reference,
         small_variance_inputs=_ln_small_variance,
     )
@@ -168,6 +184,16 @@ def _ff_reference(m):
     return "equals max(0, x W_1 + b_1) W_2 + b_2 with its own two layers"
 
 
+def _ff_parameter_count(m):
+    """Eq. 2's parameters: W_1 (d_model, d_ff), b_1 (d_ff), W_2 (d_ff, d_model), b_2 (d_model), in any layout."""
+    got = sum(p.numel() for p in m.parameters() if p.requires_grad)
+    want = 2 * D * D_FF + D_FF + D
+    missing = {want - D_FF - D: ": no b_1 and no b_2", want - D_FF: ": no b_1", want - D: ": no b_2"}
+    expect(got == want, f"{got} trainable parameters, expected 2 d_model d_ff + d_ff + d_model = {want} "
+                        f"(W_1, b_1, W_2, b_2 of Eq. 2 with d_model={D}, d_ff={D_FF}){missing.get(got, '')}")
+    return f"{got} parameters = 2 d_model d_ff + d_ff + d_model: W_1, b_1, W_2 and b_2 of Eq. 2"
+
+
 def _ff_position_wise(m):
     x = torch.randn(B, T, D)
     x2 = x.clone()
@@ -185,6 +211,7 @@ def feed_forward(factory: Callable) -> Report:
         lambda: (torch.randn(B, T, D),),
         (B, T, D),
         matches_reference=_ff_reference,
+        parameter_count=_ff_parameter_count,
         position_wise=_ff_position_wise,
     )
     return run_properties("feed_forward", lambda: module_from(factory, D, D_FF), properties)
@@ -225,6 +252,12 @@ def _enc_dropout(m):
     return dropout_placement(m, lambda: m(x, mask), D)
 
 
+def _enc_dropout_rate(factory: Callable, m: nn.Module) -> str:
+    layer, rate = built_at_rate(factory, m, D, H, D_FF)
+    x, mask = torch.zeros(B, 64, D), torch.ones(B, 1, 1, 64, dtype=torch.bool)  # 2048 entries a sub-layer
+    return dropout_on_outputs(layer, lambda: layer(x, mask), D, rate)
+
+
 def _enc_padding(m):
     x, mask = _enc_inputs()
     x2 = x.clone()
@@ -254,6 +287,7 @@ def encoder_layer(factory: Callable, norm_first: bool = False, final_norm: bool 
         (B, S, D),
         **_enc_wiring(norm_first, final_norm),
         dropout_only_on_sublayer_outputs=_enc_dropout,
+        sublayer_outputs_dropped_at_rate=lambda m: _enc_dropout_rate(factory, m),
         padding_invariance=_enc_padding,
         permutation_equivariance=_enc_permutation,
         **({"output_is_layer_normalised": lambda m: is_layer_normalised(m(*_enc_inputs()), ending)}

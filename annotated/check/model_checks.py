@@ -36,7 +36,7 @@ from annotated.check.framework import (
 )
 from annotated.check.layer_checks import closed_form_encoding, is_layer_normalised
 from annotated.check.stand_ins import reporting_stand_ins
-from annotated.check.sublayer_checks import dropout_placement, own_norms
+from annotated.check.sublayer_checks import built_at_rate, dropout_on_outputs, dropout_placement, own_norms
 from annotated.check.wiring import model_wiring, wiring
 from annotated.data.vocab import PAD
 
@@ -103,6 +103,13 @@ def _dec_dropout(m):
     return dropout_placement(m, lambda: m(x, memory, src_mask, tgt_mask), D)
 
 
+def _dec_dropout_rate(factory: Callable, m: nn.Module) -> str:
+    layer, rate = built_at_rate(factory, m, D, H, D_FF)
+    x, (_, memory) = torch.zeros(B, 64, D), sequences()  # 2048 entries a sub-layer
+    src_mask = torch.ones(B, 1, 1, S, dtype=torch.bool)
+    return dropout_on_outputs(layer, lambda: layer(x, memory, src_mask, causal(64)), D, rate)
+
+
 @reporting_stand_ins
 def decoder_layer(factory: Callable, norm_first: bool = False) -> Report:
     """Grade `factory(d_model, n_heads, d_ff)` -> module(x, memory, src_mask, tgt_mask) (§3.1).
@@ -116,6 +123,7 @@ def decoder_layer(factory: Callable, norm_first: bool = False) -> Report:
         (B, T, D),
         **_dec_wiring(norm_first),
         dropout_only_on_sublayer_outputs=_dec_dropout,
+        sublayer_outputs_dropped_at_rate=lambda m: _dec_dropout_rate(factory, m),
         causality=_dec_causality,
         memory_is_attended=_dec_memory_attended,
         src_padding_invariance=_dec_src_padding,
@@ -169,14 +177,31 @@ def _model_wiring(m: nn.Module, norm_first: bool) -> str:
         d = tables[0].size(1)
         pe = closed_form_encoding(tokens.size(1), d).float()
         embedded.append([table[tokens] * math.sqrt(d) + pe for table in tables])  # (B, L, D) each
-    inner = Counter(  # Linear(d_model, d_ff): the feed-forward networks' first halves
-        x.out_features for x in m.modules() if isinstance(x, nn.Linear) and x.in_features == d
-        and x.out_features not in (d, SRC_VOCAB, TGT_VOCAB)
+
+    def run():
+        return m(src, tgt, src_mask, tgt_mask)
+
+    return model_wiring(m, run, *embedded, ffn_width(m, run, d), frozenset((SRC_VOCAB, TGT_VOCAB)), norm_first)
+
+
+def ffn_width(m: nn.Module, run: Callable[[], object], d: int) -> int:
+    """d_ff, read from what the feed-forward networks compute: an nn.Linear(d_model, d_ff) whose output,
+    through a ReLU, is what an nn.Linear(d_ff, d_model) receives (Eq. 2)."""
+    calls = []  # (layer, its input, its output) for every nn.Linear call, in eval mode (dropout off)
+    hooks = [x.register_forward_hook(lambda layer, args, out: calls.append((layer, args[0], out)))
+             for x in m.modules() if isinstance(x, nn.Linear)]
+    try:  # with gradients on, as the check runs: PyTorch's layers then skip their fused fast path
+        run()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    widths = Counter(
+        w_1.out_features for w_1, _, hidden in calls if w_1.in_features == d for w_2, x, _ in calls
+        if w_2.out_features == d and x.shape == hidden.shape and torch.equal(x, torch.relu(hidden))
     )
-    expect(bool(inner), "no nn.Linear(d_model, d_ff): the check cannot find the feed-forward networks")
-    d_ff = inner.most_common(1)[0][0]
-    run = lambda: m(src, tgt, src_mask, tgt_mask)  # noqa: E731
-    return model_wiring(m, run, *embedded, d_ff, frozenset((SRC_VOCAB, TGT_VOCAB)), norm_first)
+    expect(bool(widths), "no feed-forward network found: no nn.Linear(d_model, d_ff) whose output, through "
+                         "a ReLU, is what an nn.Linear(d_ff, d_model) receives (Eq. 2)")
+    return widths.most_common(1)[0][0]
 
 # %% ../../notebooks/25_check_model.ipynb #c031
 def _model_embedding_scale(m):

@@ -34,6 +34,7 @@ from annotated.check.framework import (
     tensor_of,
     with_common,
 )
+from annotated.check.attention_checks import finite_gradients
 from annotated.check.stand_ins import reporting_stand_ins
 
 # %% ../../notebooks/24_check.ipynb #64d731b5
@@ -188,7 +189,10 @@ def _mha_fully_masked_row(m):
         "a query whose keys are all hidden, with other inputs (the attention must give it zero, "
         "so that its output is W^O's bias alone)",
     )
-    return "a query with every key hidden reads nothing: its output does not depend on the inputs"
+    params = [(n, p) for n, p in m.named_parameters() if p.requires_grad]
+    finite_gradients(out, [p for _, p in params], [n for n, _ in params])
+    return ("a query with every key hidden reads nothing: its output does not depend on the inputs, "
+            "and every parameter's gradient is finite")
 
 # %% ../../notebooks/24_check.ipynb #c040
 @reporting_stand_ins

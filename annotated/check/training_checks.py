@@ -143,14 +143,21 @@ def _lr_decay(fn):
 
 # %% ../../notebooks/26_check_training.ipynb #c020c
 def _lr_step_zero(fn):
-    try:
-        got = fn(0, 32, 20)
-    except Exception as err:  # the package raises ValueError; 0 ** -0.5 raises ZeroDivisionError
-        return f"step 0 is refused ({type(err).__name__}): updates count from 1"
-    raise Failure(
-        f"fn(0, ...) returned {got!r}: steps count updates from 1, so a scheduler that asks "
-        "for step 0 is off by one; refuse it with a ValueError"
-    )
+    for step in (0, -3):  # no update 0, and none before it
+        try:
+            got = fn(step, 32, 20)
+        except ValueError:
+            continue
+        except Exception as err:  # 0 ** -0.5 raises ZeroDivisionError by accident, not by a check
+            raise Failure(
+                f"fn({step}, 32, 20) raised {type(err).__name__} ({err}), not a ValueError: steps count "
+                "updates from 1; refuse a step below 1 with a ValueError that says so"
+            ) from None
+        raise Failure(
+            f"fn({step}, 32, 20) returned {got!r}: steps count updates from 1, so a scheduler that asks "
+            f"for step {step} is off by {1 - step}; refuse a step below 1 with a ValueError"
+        )
+    return "steps 0 and -3 are refused with a ValueError: updates count from 1"
 
 # %% ../../notebooks/26_check_training.ipynb #c021
 @reporting_stand_ins

@@ -65,17 +65,17 @@ def kind(module: nn.Module, d_ff: int, skip: frozenset[int] = frozenset()) -> st
     return "ffn" if all(wide) else "attention" if not any(wide) else "both"
 
 # %% ../../notebooks/25_check_model.ipynb #3421fb31
-def stand_in(output, name: str, generator: torch.Generator, zeros: bool = False):
-    """A random tensor (or zeros) of the sub-layer's output shape, put in place of its output."""
+def stand_in(output, name: str, generator: torch.Generator, value: float | None = None):
+    """A random tensor (or one filled with `value`) of the sub-layer's output shape, put in place of its output."""
     if isinstance(output, tuple | list) and output and isinstance(output[0], Tensor):
-        return (stand_in(output[0], name, generator, zeros), *output[1:])  # (output, weights)
+        return (stand_in(output[0], name, generator, value), *output[1:])  # (output, weights)
     if not isinstance(output, Tensor):
         raise Failure(f"{name} returned {type(output).__name__}, expected a tensor")
-    return torch.zeros_like(output) if zeros else torch.randn(output.shape, generator=generator)
+    return torch.randn(output.shape, generator=generator) if value is None else torch.full_like(output, value)
 
 
 def recorder(module: nn.Module, d_model: int, kinds: dict, calls: list[Call],
-             zeros: bool = False) -> tuple[Callable, Callable]:
+             fill: Callable[[int], float] | None = None) -> tuple[Callable, Callable]:
     """Forward hooks that note each outermost sub-layer call and replace what it returns."""
     names = {m: n for n, m in module.named_modules()}
     active, entry, generator = [], [], torch.Generator().manual_seed(1)
@@ -92,7 +92,7 @@ def recorder(module: nn.Module, d_model: int, kinds: dict, calls: list[Call],
         if role == "ffn" and isinstance(output, Tensor) and output.size(-1) != d_model:
             entry.append(inputs)  # x W_1 of a feed-forward network in two modules: W_2 follows
             return None
-        replaced = stand_in(output, names[m], generator, zeros)
+        replaced = stand_in(output, names[m], generator, fill(len(calls)) if fill else None)
         out = replaced if isinstance(replaced, Tensor) else replaced[0]
         calls.append(Call(role, names[m], entry.pop() if entry else inputs, out))
         return replaced
@@ -101,12 +101,14 @@ def recorder(module: nn.Module, d_model: int, kinds: dict, calls: list[Call],
 
 # %% ../../notebooks/25_check_model.ipynb #49d7a961
 def trace(module: nn.Module, run: Callable[[], object], d_model: int, d_ff: int = D_FF,
-          skip: frozenset[int] = frozenset(), zeros: bool = False) -> tuple[list[Call], object]:
-    """Run the module with every sub-layer's output replaced by random numbers (or zeros): the
-    sub-layers in the order they were called, what each received, and the module's output (or its error)."""
+          skip: frozenset[int] = frozenset(), fill: Callable[[int], float] | None = None,
+          ) -> tuple[list[Call], object]:
+    """Run the module with every sub-layer's output replaced by random numbers (or the i-th by the
+    constant fill(i)): the sub-layers in the order they were called, what each received, and the
+    module's output (or its error)."""
     calls: list[Call] = []
     kinds = {m: kind(m, d_ff, skip) for m in module.modules()}
-    before, after = recorder(module, d_model, kinds, calls, zeros)
+    before, after = recorder(module, d_model, kinds, calls, fill)
     hooks = []
     for m in module.modules():
         if m is not module and kinds[m] in ("ffn", "attention"):
