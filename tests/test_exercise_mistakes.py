@@ -256,6 +256,11 @@ MISTAKES = {
         ("b_1 left out", "torch.relu(ffn.w_1(x))", "torch.relu(x @ ffn.w_1.weight.T)"),
     ],
     ("08_feed_forward", "MyFunctionalFeedForward"): [
+        (
+            "no biases b_1, b_2",
+            "nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), dropout",
+            "nn.Linear(d_model, d_ff, bias=False), nn.Linear(d_ff, d_model, bias=False), dropout",
+        ),
         ("the mode forgotten", ", training=self.training", ""),
         (
             "the keep probability as the rate",
@@ -273,6 +278,16 @@ MISTAKES = {
         ),
     ],
     ("09_encoder", "MyEncoderLayer"): [
+        (
+            "no dropout before the residual sums",
+            "self.dropout = nn.Dropout(dropout)",
+            "self.dropout = nn.Identity()",
+        ),
+        (
+            "the rate fixed at 0.5",
+            "self.dropout = nn.Dropout(dropout)",
+            "self.dropout = nn.Dropout(0.5)",
+        ),
         (
             "no residual around the attention",
             "self.norm_1(x + self.dropout(",
@@ -300,6 +315,11 @@ MISTAKES = {
         ("the mask not passed on", "x = layer(x, mask)", "x = layer(x)"),
     ],
     ("10_decoder", "MyDecoderLayer"): [
+        (
+            "no dropout before the residual sums",
+            "self.dropout = nn.Dropout(dropout)",
+            "self.dropout = nn.Identity()",
+        ),
         (
             "encoder-decoder attention reads x",
             "self.cross_attn(x, memory, memory, src_mask)",
@@ -391,6 +411,8 @@ MISTAKES = {
             "warmup / step",
         ),
         ("max for min", "peak * min(", "peak * max("),
+        ("only step 0 refused: step -3 goes on", "if step < 1:", "if step == 0:"),
+        ("no refusal: step 0 divides by zero", "if step < 1:", "if False:"),
     ],
     ("12_training", "MyLabelSmoothing"): [
         ("the pad column kept", " - log_p[..., self.pad_id]", ""),
@@ -398,6 +420,11 @@ MISTAKES = {
         ("padded positions scored", ".masked_fill(target == self.pad_id, 0.0)", ""),
     ],
     ("13_copy_task", "my_greedy_decode"): [
+        (
+            "the source's padding mask dropped",
+            "memory = model.encode(src, src_mask)  # (B, S, D)",
+            "src_mask = None\n    memory = model.encode(src, src_mask)  # (B, S, D)",
+        ),
         ("pad allowed as an answer", 'logits[:, pad_id] = float("-inf")', "pass"),
         ("finished sentences keep writing", ".masked_fill(done, pad_id)", ""),
     ],
@@ -427,6 +454,11 @@ MISTAKES = {
         ),
     ],
     ("14_decoding", "my_cached_greedy"): [
+        (
+            "the source's padding mask dropped",
+            "memory, cache = model.encode(src, src_mask), DecoderCache()",
+            "src_mask = None\n    memory, cache = model.encode(src, src_mask), DecoderCache()",
+        ),
         ("pad allowed as an answer", 'logits[:, pad_id] = float("-inf")', "pass"),
         ("finished sentences keep writing", ".masked_fill(done, pad_id)", ""),
     ],
