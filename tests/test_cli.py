@@ -143,7 +143,7 @@ def test_alpha_must_be_at_least_0(capsys, command):
         (["train", "--steps", "1", "--data-dir", "{tmp}"], "train.de.gz not found in data_dir"),
         (["evaluate", "--checkpoint", "{tmp}/missing.pt"], "model file not found"),
         (["translate", "--checkpoint", "{tmp}/bad.pt", "x"], "is not a safetensors model file"),
-        (["train", "--task", "copy", "--steps", "1", "--copy-vocab", "3"], "vocab_size must be"),
+        (["train", "--task", "copy", "--steps", "1", "--copy-vocab", "4"], "--copy-vocab 4 with"),
     ],
 )
 def test_run_errors_are_one_line(capsys, tmp_path, args, message):

@@ -127,21 +127,25 @@ def system(monkeypatch):
     return seen
 
 
-def cgroup(folder: Path, version: int, limit: str, usage: int, cache: int) -> tuple:
-    """A cgroup's memory files in `folder`, as the kernel shows them, and where to read them."""
-    folder.mkdir()
+def cgroup(root: Path, monkeypatch, version: int, limit: str, usage: int, cache: int) -> None:
+    """A container's memory files, as the kernel shows them at the top of its cgroup v2 or v1 mount
+    `root`; the process's own cgroup is that top one, as inside a container's namespace."""
+    folder = root / ("memory" if version == 1 else "")
+    folder.mkdir(parents=True)
     v1 = ("memory.limit_in_bytes", "memory.usage_in_bytes")
     limit_file, usage_file = ("memory.max", "memory.current") if version == 2 else v1
     (folder / limit_file).write_text(f"{limit}\n")
     (folder / usage_file).write_text(f"{usage}\n")
     statistic = "inactive_file" if version == 2 else "total_inactive_file"
     (folder / "memory.stat").write_text(f"anon {usage - cache}\n{statistic} {cache}\nshmem 0\n")
-    return (str(folder), limit_file, usage_file, statistic)
+    (root.parent / "self_cgroup").write_text("0::/\n" if version == 2 else "4:memory:/\n")
+    monkeypatch.setattr(memory, "CGROUP_ROOT", root)
+    monkeypatch.setattr(memory, "PROC_CGROUP", root.parent / "self_cgroup")
 
 
 def test_on_a_cpu_the_memory_available_is_psutils(system, monkeypatch, tmp_path):
-    nowhere = (str(tmp_path), "memory.max", "memory.current", "inactive_file")
-    monkeypatch.setattr(memory, "CGROUP_MEMORY", (nowhere,))
+    monkeypatch.setattr(memory, "CGROUP_ROOT", tmp_path / "cgroup")  # no such folder
+    monkeypatch.setattr(memory, "PROC_CGROUP", tmp_path / "self_cgroup")
     assert memory.available_memory(CPU) == system.available
     assert memory.container_room() == math.inf  # no cgroup files: no container limit
 
@@ -150,8 +154,7 @@ def test_on_a_cpu_the_memory_available_is_psutils(system, monkeypatch, tmp_path)
 def test_a_containers_limit_caps_the_memory_available(system, monkeypatch, tmp_path, version):
     # the page cache (`cache`) is given back before the kernel kills a process for want of memory
     limit, usage, cache = 8 * 2**30, 7 * 2**30, 2**29
-    files = cgroup(tmp_path / "memory", version, str(limit), usage, cache)
-    monkeypatch.setattr(memory, "CGROUP_MEMORY", (files,))
+    cgroup(tmp_path / "cgroup", monkeypatch, version, str(limit), usage, cache)
     assert memory.available_memory(CPU) == limit - usage + cache < system.available
     err = "needs about 2.0 GiB of memory, more than the 1.5 GiB available: lower --max-len"
     with pytest.raises(ValueError, match=err):
@@ -159,15 +162,14 @@ def test_a_containers_limit_caps_the_memory_available(system, monkeypatch, tmp_p
 
 
 def test_a_container_without_a_limit_leaves_what_the_system_has(system, monkeypatch, tmp_path):
-    files = cgroup(tmp_path / "memory", 2, "max", 2**30, 0)  # cgroup v2 without a limit
-    monkeypatch.setattr(memory, "CGROUP_MEMORY", (files,))
+    cgroup(tmp_path / "cgroup", monkeypatch, 2, "max", 2**30, 0)  # cgroup v2 without a limit
     assert memory.available_memory(CPU) == system.available
     assert memory.container_room() == math.inf
 
 
 def test_the_limit_that_leaves_less_wins(system, monkeypatch, tmp_path):
-    small = cgroup(tmp_path / "memory", 2, str(2 * 2**30), 2**30, 0)  # 1 GiB left in the container
-    monkeypatch.setattr(memory, "CGROUP_MEMORY", (small,))
+    # 1 GiB left in the container
+    cgroup(tmp_path / "cgroup", monkeypatch, 2, str(2 * 2**30), 2**30, 0)
     assert memory.available_memory(CPU) == 2**30
     monkeypatch.setattr(psutil, "virtual_memory", lambda: Memory(4 * 2**30, 2**29))
     assert memory.available_memory(CPU) == 2**29  # the machine has less left than the limit allows

@@ -8,8 +8,9 @@ __all__ = ['build_parser', 'main']
 # %% ../../notebooks/22_command_line.ipynb #c002
 import argparse
 import contextlib
-import itertools
+import dataclasses
 import os
+import signal
 import sys
 import uuid
 from pathlib import Path
@@ -26,6 +27,7 @@ from annotated.app.parser import (
     add_task_options,
     add_train_options,
 )
+from .resume import _typed, resume_config
 from .run import train
 from .task_registry import TASKS, run_config, with_task_defaults
 from ..check.command import add_check_command
@@ -33,7 +35,6 @@ from ..data.multi30k import MULTI30K_SIZES, check_direction, load_multi30k
 from ..data.tokenizer import decode
 from ..decoding.evaluation import translate_ids
 from ..decoding.report import bleu_report
-from ..training.checkpoint import Checkpoint, load_checkpoint
 from ..runs.folder_lock import run_lock
 from ..runs.interrupts import RunStopped, Signals
 from ..runs.processes import device_of, start_runtime, stop_runtime
@@ -91,66 +92,23 @@ def build_parser() -> argparse.ArgumentParser:
 def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
     return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
 
-# %% ../../notebooks/22_command_line.ipynb #c008
-def _typed(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, argparse.Action]:
-    """Each option that argv gives, as typed (`--no-tie-output`), with the parser's action for it."""
-    actions = {s: a for a in parser._actions for s in a.option_strings}  # exact names: no abbreviation
-    return {t: actions[t] for a in argv if (t := a.split("=", 1)[0]) in actions}
-
-
-def _refuse_changed(args: argparse.Namespace, own: dict, run_id: str) -> None:
-    """Refuse an option given again with a value other than the resumed run's own (the budget aside)."""
-    for flag, action in _typed(_subcommand(build_parser(), "train"), args.argv).items():
-        name, value = action.dest, getattr(args, action.dest)
-        if name in own and value != own[name] and name not in ("steps", "minutes"):
-            if action.nargs == 0:  # a flag such as --no-warmup: the run did without it
-                differs = f"it was trained without {flag}"
-            elif own[name] is None:
-                differs = f"{flag} {value} differs from the run's: it had no {flag}"
-            else:
-                differs = f"{flag} {value} differs from its {own[name]!r}"
-            raise ValueError(
-                f"--resume continues run {run_id} with its own options, but {differs}"
-            )
-
-
-# %% ../../notebooks/22_command_line.ipynb #c008a2
-def resume_config(args: argparse.Namespace) -> tuple[RunConfig, Checkpoint]:
-    """`train --resume DIR`: the saved run's own options (the budget may grow) and its checkpoint."""
-    folder = Path(args.resume)
-    path = folder / "checkpoint.pt"
-    if not path.is_file():
-        raise FileNotFoundError(f"--resume {folder}: no checkpoint.pt there to continue from")
-    ckpt = load_checkpoint(path, map_location="cpu", restore_rng=False)
-    saved = ckpt.extra.get("args")
-    if not isinstance(saved, dict) or "run" not in ckpt.extra:
-        raise ValueError(f"--resume {folder}: {path} was not saved by 'train' (no run options in it)")
-    saved = {"direction": "de-en", **saved}  # saved before there was a choice: German->English
-    # the model fields left at None (the task's or the paper's value): what its model was built with
-    own = {**saved, **{k: v for k, v in vars(ckpt.model.cfg).items() if saved.get(k, 0) is None}}
-    if "d_k" in own and own["d_k"] is None:
-        own["d_k"] = own["d_model"] // own["n_heads"]
-    _refuse_changed(args, own, ckpt.extra["run"])
-    budget = {k: getattr(args, k) for k in ("steps", "minutes") if getattr(args, k) is not None}
-    return run_config({**saved, **budget, "out": str(folder)}), ckpt
-
-
 # %% ../../notebooks/22_command_line.ipynb #c008c
 def cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
-        cfg, resumed = resume_config(args)
+        cfg, resumed = resume_config(args, _subcommand(build_parser(), "train"))
         run_id = resumed.extra["run"]
     elif args.steps is None and args.minutes is None:
         raise ValueError("train needs a budget: --steps N, --minutes M, or both")
     else:
         cfg, resumed, run_id = with_task_defaults(run_config(vars(args))), None, uuid.uuid4().hex[:12]
+    _refuse_other_tasks(args.argv, cfg.run_options.task)
     if cfg.run_options.decay_to is not None and cfg.run_options.decay_to <= cfg.run_options.warmup:
         raise ValueError(
             f"--decay-to must be above --warmup (the rate falls after its peak), "
             f"got {cfg.run_options.decay_to} and {cfg.run_options.warmup}"
         )
     device = device_of(cfg.run_options.device)
-    TASKS[cfg.run_options.task](cfg, None).check(device)  # the whole run, its model too, before --out is touched
+    TASKS[cfg.run_options.task](cfg, None).check(device)  # its model and batches, before --out is touched
     with Signals() as signals:  # until the last line: a late second Ctrl-C cuts nothing short
         try:
             _train_in_folder(cfg, run_id, args.argv, signals, resumed)
@@ -164,6 +122,16 @@ def cmd_train(args: argparse.Namespace) -> int:
             return 0
         print(stop, file=sys.stderr)
         return stop.code
+
+
+def _refuse_other_tasks(argv: list[str], task: str) -> None:
+    """Refuse an option that only another task reads (`--task copy --direction en-de`): it would do nothing."""
+    own = {f.name for f in dataclasses.fields(TASKS[task].Options)} if TASKS[task].Options else set()
+    for flag, action in _typed(_subcommand(build_parser(), "train"), argv).items():
+        for name, other in TASKS.items():
+            theirs = {f.name for f in dataclasses.fields(other.Options)} if other.Options else set()
+            if action.dest in theirs - own:
+                raise ValueError(f"{flag} is an option of the {name} task, not of {task} (--task {task})")
 
 
 # %% ../../notebooks/22_command_line.ipynb #c008e
@@ -238,17 +206,15 @@ def cmd_translate(args: argparse.Namespace) -> int:
     model, tok, _ = load_for_inference(args.checkpoint, args.tokenizer, device, args.direction)
     check_beam(args.beam, model, device)
     longest = model.cfg.max_len - 1 - EXTRA_TARGET_TOKENS  # BOS, then up to 50 more tokens than read
-    lines, size, bad = source_lines(args, tok, longest), 1, 0
-    while block := list(itertools.islice(lines, size)):  # blocks of 1, 2, 4 ... 64: the first soon
-        todo = [ids for ids, _ in block if ids]  # an empty sentence has an empty translation
-        done = iter(translate_ids(model, todo, args.beam, args.alpha, device) if todo else [])
-        # one line per input line, so that the output lines up with the input; each block as soon
-        # as it is done, so that a pipe reads it at once and an interrupt keeps it
-        print("\n".join(decode(tok, next(done)) if ids else "" for ids, _ in block), flush=True)
-        problems = [problem for _, problem in block if problem]
-        for problem in problems:
+    bad = 0
+    for ids, problem in source_lines(args, tok, longest):  # each line as it arrives
+        # one line per input line, so that the output lines up with the input (an empty sentence
+        # has an empty translation); printed before the next line is read, so that someone typing
+        # sees each translation at once and an interrupt keeps what was printed
+        print(decode(tok, translate_ids(model, [ids], args.beam, args.alpha, device)[0]) if ids else "", flush=True)
+        if problem:
             print(f"error: {problem}", file=sys.stderr)
-        bad, size = bad + len(problems), min(2 * size, 64)
+            bad += 1
     return 1 if bad else 0
 
 # %% ../../notebooks/22_command_line.ipynb #c010
@@ -285,6 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     except RunStopped as stop:  # a signal or a diverging run: the message says what was kept
         print(stop, file=sys.stderr)
         return stop.code
+    except BrokenPipeError:  # the reader of the output left (`translate ... | head -1`): end quietly
+        with contextlib.suppress(OSError, ValueError):  # nothing more goes to the closed pipe
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + getattr(signal, "SIGPIPE", 13)  # as a Unix tool that the pipe's signal ended
     except KeyboardInterrupt:
         if debug:
             raise

@@ -41,9 +41,9 @@ MODEL_FIELDS = tuple(f for f in dataclasses.fields(TransformerConfig) if f.name 
 
 
 def number_type(
-    kind: type, above: float | None = None, at_least: float | None = None
+    kind: type, above: float | None = None, at_least: float | None = None, below: float | None = None
 ) -> Callable[[str], int | float]:
-    """An argparse type: a finite number of this kind, > `above` and >= `at_least` where given."""
+    """An argparse type: a finite number of this kind, > `above`, >= `at_least` and < `below` where given."""
 
     def parse(text: str):
         value = kind(text)
@@ -53,6 +53,9 @@ def number_type(
             raise argparse.ArgumentTypeError(f"must be > {above:g}, got {text}")
         if at_least is not None and not value >= at_least:
             raise argparse.ArgumentTypeError(f"must be >= {at_least:g}, got {text}")
+        if below is not None and not value < below:
+            raise argparse.ArgumentTypeError(f"must be < {below:d}, got {text}" if isinstance(below, int)
+                                             else f"must be < {below:g}, got {text}")
         return value
 
     parse.__name__ = kind.__name__  # argparse names the type in "invalid int value"

@@ -12,14 +12,14 @@ from collections.abc import Iterator
 
 import torch
 
-from ..data.copy_sequences import copy_batches
+from ..data.copy_sequences import FIRST_SYMBOL, copy_batches
 from ..data.vocab import PAD
 from ..decoding.copy_decoding import COPY_MODEL, exact_match
 from ..model.transformer import Transformer, TransformerConfig
 from ..training.long_runs import CheckedBatch
 from ..training.model_file import save_model
-from .config import positive_type
-from .memory import activation_bytes, check_memory, check_positions
+from .config import number_type, positive_type
+from .memory import activation_bytes, check_memory, check_model, check_positions
 from .task_base import Task, TaskDefaults
 
 
@@ -45,8 +45,34 @@ class CopyOptions:
             ("--batch-size", "sequences per update, over all processes together"),
             ("--eval-size", "held-out sequences for the exact match"),
         ):
-            group.add_argument(flag, type=positive_type(int), help=f"copy: {what} (default %(default)s)")
+            # a vocabulary holds PAD, BOS, EOS and at least one symbol to copy
+            kind = number_type(int, at_least=FIRST_SYMBOL + 1) if flag == "--copy-vocab" else positive_type(int)
+            group.add_argument(flag, type=kind, help=f"copy: {what} (default %(default)s)")
 
+
+# %% ../../notebooks/31_tasks.ipynb #c011-sizes
+def _check_sizes(opt: CopyOptions, dims: dict, device: torch.device) -> None:
+    """Refuse, before any work, copy-task sizes that cannot work, naming their options."""
+    if opt.min_len > opt.seq_len:
+        raise ValueError(f"--min-len {opt.min_len} is above --seq-len {opt.seq_len}: the shortest "
+                         "sequence must not be longer than the longest")
+    if dims["max_len"] < opt.seq_len + 1:  # the decoder reads BOS and the symbols
+        raise ValueError(f"--max-len {dims['max_len']} is below the {opt.seq_len + 1} positions that "
+                         f"sequences of --seq-len {opt.seq_len} need (BOS and the symbols)")
+    model = check_model(dims, device)
+    check_positions(dims, device)
+    for option, n in (("--batch-size", opt.batch_size), ("--eval-size", opt.eval_size)):
+        need = model + activation_bytes(n * (opt.seq_len + 2), opt.seq_len + 2, dims, opt.copy_vocab, True)
+        check_memory(need, device, f"{option} {n} (sequences of {opt.seq_len} symbols) with the model", option)
+    symbols, kinds, n = opt.copy_vocab - FIRST_SYMBOL, 0, opt.min_len
+    while kinds <= opt.eval_size and n <= opt.seq_len:  # the different sequences, counted far enough
+        kinds, n = kinds + symbols**n, n + 1
+    if kinds <= opt.eval_size:  # the held-out sequences are never trained on
+        raise ValueError(
+            f"--copy-vocab {opt.copy_vocab} with --min-len {opt.min_len} and --seq-len {opt.seq_len} "
+            f"makes only {kinds} different sequences, not more than the {opt.eval_size} held out "
+            "(--eval-size): none would be left to train on"
+        )
 
 # %% ../../notebooks/31_tasks.ipynb #c011c
 class CopyTask(Task):
@@ -58,12 +84,7 @@ class CopyTask(Task):
         return dataclasses.replace(COPY_MODEL, src_vocab=vocab, tgt_vocab=vocab, **self.cfg.model.overrides())
 
     def check(self, device: torch.device) -> None:
-        opt = self.opt
-        dims = dataclasses.asdict(self.model_config(opt.copy_vocab))
-        check_positions(dims, device)
-        for option, n in (("--batch-size", opt.batch_size), ("--eval-size", opt.eval_size)):
-            need = activation_bytes(n * (opt.seq_len + 2), opt.seq_len + 2, dims, opt.copy_vocab, True)
-            check_memory(need, device, f"{option} {n} (sequences of {opt.seq_len} symbols)", option)
+        _check_sizes(self.opt, dataclasses.asdict(self.model_config(self.opt.copy_vocab)), device)
 
     def prepare(self, folder, resumed) -> None:
         opt, seed = self.opt, self.cfg.run_options.seed

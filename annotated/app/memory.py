@@ -32,6 +32,29 @@ def activation_bytes(tokens: int, length: int, dims: dict, vocab: int, train: bo
     return 4.0 * tokens * per_token * (1.5 if train else 1.0)  # float32; gradients add about half
 
 
+def parameter_count(dims: dict) -> int:
+    """The parameters of the Transformer that a config (as a dict) describes, counted without building it."""
+    d, d_ff, h, n = dims["d_model"], dims["d_ff"], dims["n_heads"], dims["n_layers"]
+    hk = h * (dims["d_k"] or d // h)  # the width of all heads' queries (and keys) together
+    attention = 2 * (d * hk + hk) + 2 * (d * d + d)  # W_q, W_k; W_v, W_o (with their biases)
+    ffn = 2 * d * d_ff + d_ff + d
+    layers = n * (attention + ffn + 2 * 2 * d) + n * (2 * attention + ffn + 3 * 2 * d)  # LayerNorms: 2d each
+    final = 2 * 2 * d if dims["norm_first"] else 0  # pre-LN's last LayerNorm, encoder and decoder
+    embed = dims["src_vocab"] * d + (0 if dims["shared_vocab"] else dims["tgt_vocab"] * d)
+    positions = 2 * dims["max_len"] * d if dims["learned_positions"] else 0
+    output = dims["tgt_vocab"] + (0 if dims["tie_output"] else dims["tgt_vocab"] * d)
+    return layers + final + embed + positions + output
+
+
+def check_model(dims: dict, device: torch.device) -> float:
+    """Refuse a model whose training state cannot fit; return its bytes, for the checks of a batch."""
+    # float32 weights, their gradients and Adam's two moments: four copies of every parameter
+    need = 4.0 * 4 * parameter_count(dims)
+    what = f"the model ({parameter_count(dims):,} parameters, with their gradients and Adam's two moments)"
+    check_memory(need, device, what, "--d-model, --d-ff or --n-layers")
+    return need
+
+
 def check_positions(dims: dict, device: torch.device) -> None:
     """Refuse a --max-len whose two position tables (max_len, d_model) cannot fit in memory."""
     # sinusoids: both tables in float32, one being built in float64; learned: weights, gradients, Adam
@@ -40,13 +63,15 @@ def check_positions(dims: dict, device: torch.device) -> None:
     check_memory(float(per_value) * dims["max_len"] * dims["d_model"], device, what, "--max-len")
 
 # %% ../../notebooks/31_tasks.ipynb #c009-room
-# A container's memory limit (Docker, Kubernetes), which the machine's own figures do not show: its
-# cgroup's folder, files of limit and usage, and the page cache in memory.stat that the kernel frees
-# before it kills a process for want of memory. cgroup v2, then v1.
-CGROUP_MEMORY = (
-    ("/sys/fs/cgroup", "memory.max", "memory.current", "inactive_file"),
-    ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
-)
+# A container's memory limit (Docker, Kubernetes, a Slurm job), which the machine's own figures do not
+# show: for each cgroup version, the folder of its memory hierarchy under the mount, the files of limit
+# and usage, and the page cache in memory.stat that the kernel frees before it kills a process for want
+# of memory. The process's own cgroup is named in /proc/self/cgroup.
+CGROUP_ROOT, PROC_CGROUP = Path("/sys/fs/cgroup"), Path("/proc/self/cgroup")
+CGROUP_MEMORY = {
+    "v2": ("", "memory.max", "memory.current", "inactive_file"),
+    "v1": ("memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
+}
 
 
 def available_memory(device: torch.device) -> float:
@@ -56,11 +81,32 @@ def available_memory(device: torch.device) -> float:
     return min(psutil.virtual_memory().available, container_room())
 
 
-def container_room() -> float:
-    """Bytes below the memory limit of this process's container (cgroup v2 or v1); inf without one."""
-    for folder, limit, usage, cache in CGROUP_MEMORY:
-        with contextlib.suppress(OSError, ValueError):  # no such files (no container, not Linux); "max"
+def cgroup_folders(root: Path, proc: Path) -> list[tuple[Path, tuple[str, str, str]]]:
+    """This process's memory cgroup and every one above it up to the mount (v2: "0::/path", v1:
+    "N:memory:/path"), each with its version's three files."""
+    own = {}
+    with contextlib.suppress(OSError):  # no such file: not Linux
+        for line in Path(proc).read_text().splitlines():
+            number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+            if number == "0" and not controllers:
+                own["v2"] = path
+            elif "memory" in controllers.split(","):
+                own["v1"] = path
+    found = []
+    for version, (under, *files) in CGROUP_MEMORY.items():
+        top = Path(root, under)
+        own_folder = top / own.get(version, "/").lstrip("/")
+        found += [(f, tuple(files)) for f in [own_folder, *own_folder.parents] if f == top or top in f.parents]
+    return found
+
+
+def container_room(root: Path | None = None, proc: Path | None = None) -> float:
+    """Bytes below the tightest memory limit of this process's cgroup and those above it; inf without one."""
+    room = math.inf
+    found = cgroup_folders(CGROUP_ROOT if root is None else root, PROC_CGROUP if proc is None else proc)
+    for folder, (limit, usage, cache) in found:
+        with contextlib.suppress(OSError, ValueError):  # no such files (no limit set there); "max"
             stats = dict(line.split() for line in Path(folder, "memory.stat").read_text().splitlines())
             used = int(Path(folder, usage).read_text()) - int(stats.get(cache, 0))
-            return int(Path(folder, limit).read_text()) - used
-    return math.inf
+            room = min(room, int(Path(folder, limit).read_text()) - used)
+    return room

@@ -9,6 +9,7 @@ __all__ = ['Multi30kOptions', 'Multi30kTraining', 'Multi30kTask']
 import argparse
 import dataclasses
 import functools
+import inspect
 from collections.abc import Iterator
 
 import torch
@@ -17,17 +18,22 @@ from ..files import sha256_of
 from ..data.batching import token_batches
 from ..data.multi30k import DIRECTIONS, MULTI30K_SIZES, load_multi30k
 from ..data.sharding import shard_batches
-from ..data.tokenizer import encode_pairs, train_tokenizer
-from ..data.vocab import PAD
+from ..data.tokenizer import encode, encode_pairs, train_tokenizer
+from ..data.vocab import PAD, SPECIALS
 from ..data.tokenizer_file import load_tokenizer, save_tokenizer
 from ..decoding.evaluation import evaluate_loss
+from ..decoding.greedy import max_new_tokens_from_source
 from ..decoding.report import bleu_report
 from ..model.transformer import Transformer
 from ..training.long_runs import CheckedBatch
 from ..training.model_file import save_model
 from .config import number_type, positive_type
-from .memory import activation_bytes, check_memory, check_positions
+from .memory import activation_bytes, check_memory, check_model, check_positions
 from .task_base import Task, TaskDefaults
+
+
+# the tokens that decoding may add beyond a source's length (§6.1): the test BLEU's positions
+_EXTRA_TOKENS = inspect.signature(max_new_tokens_from_source).parameters["extra"].default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +58,8 @@ class Multi30kOptions:
         add("--direction", choices=list(DIRECTIONS),
             help="multi30k: source-target languages, German->English or English->German (default %(default)s)")
         add("--max-tokens", type=pos_int, help="multi30k: padded tokens per batch and process (default %(default)s)")
-        add("--vocab-size", type=pos_int, help="multi30k: shared BPE vocabulary size (default %(default)s)")
+        add("--vocab-size", type=number_type(int, above=len(SPECIALS)),  # more than the special tokens
+            help="multi30k: shared BPE vocabulary size (default %(default)s)")
         add("--beam", type=pos_int, help="multi30k: beam size for the final test BLEU (default %(default)s)")
         add("--alpha", type=number_type(float, at_least=0), help="multi30k: length penalty alpha for beam search (default %(default)s)")
         add("--test-split", help="multi30k: split for the final BLEU (default %(default)s)")
@@ -63,14 +70,36 @@ class Multi30kOptions:
 
 
 # %% ../../notebooks/31_tasks.ipynb #c013t2
-def _tokenizer(path, train: list, vocab_size: int, resumed, main: bool):
-    """A new run's tokenizer, trained on `train` (rank 0 saves it); a resumed run's, read back and checked."""
+def _tokenizer(path, train: list, vocab_size: int, resumed):
+    """A new run's tokenizer, trained on `train` (the same on every process); a resumed run's, read back and checked."""
     if resumed is None:
-        tok = train_tokenizer(train, vocab_size=vocab_size)  # the same on every process
-        if main:
-            save_tokenizer(tok, path)
-        return tok
+        return train_tokenizer(train, vocab_size=vocab_size)
     return load_tokenizer(path, resumed.extra.get("tokenizer_sha256"), path.with_name("checkpoint.pt"))
+
+
+def _save_with_first_checkpoint(folder, tok) -> None:
+    """Rank 0 writes a new run's tokenizer with its first checkpoint, which records the file's SHA-256:
+    a run stopped before its first save leaves no file behind."""
+
+    def write(path):
+        save_tokenizer(tok, path)
+        folder.use_with["tokenizer_sha256"] = sha256_of(path)
+
+    folder.first_save["tokenizer.json"] = write
+
+
+def _check_lengths(opt: Multi30kOptions, max_len: int, examples: list, sources: list) -> None:
+    """Refuse a --max-tokens below the longest training or validation pair (padded as `token_batches`
+    pads it), or a --max-len below the positions it needs, or a test source with the tokens decoded beyond it."""
+    pairs = [(len(src), len(tgt) + 2) for src, tgt in examples]  # the target gains <bos>, <eos>
+    tokens = max(max(p) for p in pairs)
+    positions = max([max(s, t - 1) for s, t in pairs] + [len(s) + _EXTRA_TOKENS for s in sources])
+    if opt.max_tokens < tokens:
+        raise ValueError(f"--max-tokens {opt.max_tokens} is below the {tokens} padded tokens of the "
+                         "longest training or validation pair: a batch holds at least one pair")
+    if max_len < positions:
+        raise ValueError(f"--max-len {max_len} is below the {positions} positions that the data needs "
+                         f"(its longest pair, or a test source and the {_EXTRA_TOKENS} tokens decoded beyond it)")
 
 
 # %% ../../notebooks/31_tasks.ipynb #c013u
@@ -92,9 +121,10 @@ class Multi30kTraining(Task):
         if opt.direction not in DIRECTIONS:
             raise ValueError(f"--direction must be one of {list(DIRECTIONS)}, got {opt.direction!r}")
         dims = dataclasses.asdict(self.model_config(opt.vocab_size))
+        model = check_model(dims, device)
         check_positions(dims, device)
-        need = activation_bytes(opt.max_tokens, 64, dims, opt.vocab_size, True)
-        check_memory(need, device, f"--max-tokens {opt.max_tokens}", "--max-tokens")
+        need = model + activation_bytes(opt.max_tokens, 64, dims, opt.vocab_size, True)
+        check_memory(need, device, f"--max-tokens {opt.max_tokens} with the model", "--max-tokens")
 
     def prepare(self, folder, resumed) -> None:
         opt = self.opt
@@ -102,11 +132,16 @@ class Multi30kTraining(Task):
         train, val = load("train"), load("val")
         self.test = None if opt.no_test else load(opt.test_split)  # now, not after
         path = folder.out / "tokenizer.json"
-        self.tok = _tokenizer(path, train, opt.vocab_size, resumed, self.runtime.main)
-        if self.runtime.main:  # every checkpoint names its tokenizer: another one of the same size is refused
-            folder.use_with["tokenizer_sha256"] = sha256_of(path)
-            folder.use_with["direction"] = opt.direction  # and the languages it translates
+        self.tok = _tokenizer(path, train, opt.vocab_size, resumed)
         self.train_ex, self.val_ex = encode_pairs(self.tok, train), encode_pairs(self.tok, val)
+        sources = [] if self.test is None else [encode(self.tok, s) for s, _ in self.test]
+        _check_lengths(opt, self.model_config(1).max_len, self.train_ex + self.val_ex, sources)
+        if self.runtime.main:  # every checkpoint names its tokenizer: another one of the same size is refused
+            if resumed is None:
+                _save_with_first_checkpoint(folder, self.tok)
+            else:
+                folder.use_with["tokenizer_sha256"] = sha256_of(path)
+            folder.use_with["direction"] = opt.direction  # and the languages it translates
         self.epoch, self.position = 0, 0
 
     def model(self) -> Transformer:

@@ -75,6 +75,9 @@ def add_model_options(train: argparse.ArgumentParser) -> None:
 
 
 # %% ../../notebooks/22_command_line.ipynb #c005c
+SEEDS = 2**32  # seeds 0 ... 2**32 - 1: what NumPy's and PyTorch's generators take on every process
+
+
 def run_defaults(parser: argparse.ArgumentParser) -> None:
     """Every run option's default, from `RunOptions` (appendix 31): written once, there."""
     parser.set_defaults(**{f.name: f.default for f in dataclasses.fields(RunOptions)})
@@ -92,7 +95,8 @@ def add_train_options(train: argparse.ArgumentParser) -> None:
     add("--steps", type=pos_int, help="stop after this many optimizer updates")
     add("--minutes", type=pos_float, help="stop after this much wall-clock time")
     add_model_options(train)
-    add("--label-smoothing", type=number_type(float), help="epsilon_ls of §5.4 (default %(default)s)")
+    add("--label-smoothing", type=number_type(float, at_least=0, below=1),
+        help="epsilon_ls of §5.4, in [0, 1) (default %(default)s)")
     add("--warmup", type=pos_int,
         help=f"warm-up updates of the learning-rate schedule (§5.3; default {defaults_by_task('warmup')})")
     add("--no-warmup", action="store_true",
@@ -114,9 +118,12 @@ def add_train_options(train: argparse.ArgumentParser) -> None:
     add("--save-every", type=pos_int,
         help="save a resumable checkpoint every N updates (default: with every --eval-every)")
     add("--resume", default=None, metavar="DIR",
-        help="continue the run saved in DIR (its own options; --steps or --minutes may grow) until "
-        "it ends where an uninterrupted run would have ended")
-    add("--seed", type=int, help="random seed (default %(default)s)")
+        help="continue the run saved in DIR with its own options; --steps or --minutes may grow. A run "
+        "that was stopped ends where an uninterrupted run would have ended; a finished run trains on "
+        "with the same updates, but its average of weight snapshots starts afresh (it dropped them "
+        "when it finished)")
+    add("--seed", type=number_type(int, at_least=0, below=SEEDS),
+        help=f"random seed (default %(default)s), from 0 to {SEEDS - 1}")
     add("--device", help="cpu or cuda (default: cuda when available)")
 
 

@@ -84,7 +84,7 @@ def write_manifest(out: Path, run_id: str, step: int, finished: bool = False) ->
 
 def check_run_file(path: Path, run_id: str | None) -> None:
     """Refuse a file of a run folder that its manifest does not list as this run's (run_id None: not a run's)."""
-    if run_id is None:  # saved by the library, or by an older version: nothing to compare with
+    if run_id is None:  # saved outside a run folder (--export-half, the book's models): nothing to compare with
         return
     manifest = path.parent / MANIFEST
     if not manifest.is_file():
@@ -144,6 +144,9 @@ class RunFiles:
         self.saved_step: int | None = None  # the update that checkpoint.pt holds
         self.on_disk: set[int] = set()  # snapshot steps already written
         self.use_with: dict[str, str] = {}  # what the model must be used with: tokenizer_sha256, direction
+        # files written with the first checkpoint, by name (a new run's tokenizer): a run stopped
+        # before its first save leaves no file
+        self.first_save: dict[str, Callable[[Path], None]] = {}
 
     def extra(self, progress: dict, snapshots: list[tuple[int, dict]]) -> dict:
         return {
@@ -189,6 +192,9 @@ class RunSaves(RunFiles):
             return
         self.check_finite(model, step)  # never replace a good checkpoint with NaN weights
         try:
+            for name, write in list(self.first_save.items()):
+                write(self.out / name)  # whole or absent, as every file here
+                del self.first_save[name]
             for s, weights in snapshots:
                 if s not in self.on_disk:
                     state = {"run": self.run_id, "step": s, "weights": weights}
