@@ -13,9 +13,9 @@ The book must render equations and altair charts with no request leaving the sit
   `book/translator/`, the few files it loads from the npm packages installed there (`npm ci` in
   book/translator, from its committed lock file), and under `model/de-en/` and `model/en-de/` the
   ONNX export of each Multi30k model (`python -m annotated export-onnx`), each re-run only when its
-  checkpoint, its tokenizer or the export code changed.
+  model file, its tokenizer or the export code changed.
 * The landing page's attention map (`translator/example_attention.svg`): where the German-to-English
-  model looked while translating the example sentence of book/intro.md, redrawn when the checkpoint,
+  model looked while translating the example sentence of book/intro.md, redrawn when the model file,
   the tokenizer or the sentence changed.
 * `--vendor-mathjax TARBALL`: rebuild `book/_extra/mathjax/` from `npm pack mathjax@3.2.2`,
   keeping only what `es5/tex-chtml.js` loads (itself, its woff-v2 fonts, the TeX extensions its
@@ -52,8 +52,8 @@ MODELS = {
     / "multi30k-en-de"
     / "model_fp16.safetensors",  # the same recipe, --direction en-de
 }
-CHECKPOINT = MODELS["de-en"]  # the landing page's map
-TOKENIZER = CHECKPOINT.with_name("tokenizer.json")
+MODEL_FILE = MODELS["de-en"]  # the landing page's map
+TOKENIZER = MODEL_FILE.with_name("tokenizer.json")
 EXPORT_CODE = tuple(
     BOOK.parent / "annotated" / "app" / f for f in ("onnx_export.py", "onnx_graphs.py")
 )
@@ -176,26 +176,26 @@ def write_translator() -> None:
                 shutil.rmtree(stale)
             else:
                 stale.unlink()
-    for direction, checkpoint in MODELS.items():
-        export_model(checkpoint, models / direction)
+    for direction, model_file in MODELS.items():
+        export_model(model_file, models / direction)
     size = sum(p.stat().st_size for p in TRANSLATOR.rglob("*") if p.is_file())
     print(f"wrote {TRANSLATOR.relative_to(BOOK.parent)} ({size / 1e6:.1f} MB)")
 
 
-def export_model(checkpoint: Path, out: Path) -> None:
-    """Export one checkpoint (with the tokenizer beside it) into `out`, unless its inputs are unchanged."""
+def export_model(model_file: Path, out: Path) -> None:
+    """Export one model file (with the tokenizer beside it) into `out`, unless its inputs are unchanged."""
     stamp = out / "inputs.sha256"
-    inputs = (checkpoint, checkpoint.with_name("tokenizer.json"), *EXPORT_CODE)
+    inputs = (model_file, model_file.with_name("tokenizer.json"), *EXPORT_CODE)
     digest = "".join(hashlib.sha256(p.read_bytes()).hexdigest() for p in inputs)
     if stamp.is_file() and stamp.read_text() == digest:
-        print(f"{out.relative_to(BOOK.parent)} is up to date with its checkpoint")
+        print(f"{out.relative_to(BOOK.parent)} is up to date with its model file")
         return
     if out.exists():
         shutil.rmtree(out)
     command = [sys.executable, "-m", "annotated", "export-onnx"]
-    command += ["--checkpoint", str(checkpoint), "--out", str(out), "--direction", out.name]
+    command += ["--model", str(model_file), "--out", str(out), "--direction", out.name]
     if subprocess.run(command, cwd=BOOK.parent).returncode:  # the command said why
-        sys.exit(f"could not export {checkpoint.relative_to(BOOK.parent)} for the translator page")
+        sys.exit(f"could not export {model_file.relative_to(BOOK.parent)} for the translator page")
     stamp.write_text(digest)
 
 
@@ -226,7 +226,7 @@ def write_landing_map() -> None:
     sentence = landing_sentence()
     stamp = LANDING_MAP.with_suffix(".sha256")
     digest = hashlib.sha256(
-        CHECKPOINT.read_bytes() + TOKENIZER.read_bytes() + sentence.encode()
+        MODEL_FILE.read_bytes() + TOKENIZER.read_bytes() + sentence.encode()
     ).hexdigest()
     if LANDING_MAP.is_file() and stamp.is_file() and stamp.read_text() == digest:
         print(f"{LANDING_MAP.relative_to(BOOK.parent)} is up to date")
@@ -241,7 +241,7 @@ def write_landing_map() -> None:
     from annotated.model import causal_mask
 
     cpu = torch.device("cpu")
-    model, tok, _ = load_for_inference(str(CHECKPOINT), None, cpu)
+    model, tok, _ = load_for_inference(str(MODEL_FILE), None, cpu)
     source = encode(tok, sentence)
     target = translate_ids(model, [source], 1, 0.0, cpu)[0] + [EOS]
     with torch.no_grad():

@@ -85,7 +85,7 @@ def test_help_names_the_task_dependent_defaults():
         (["train", "--steps", "0"], "argument --steps: must be > 0, got 0"),
         (["train", "--steps", "two"], "argument --steps: invalid int value: 'two'"),
         (["train", "--task", "nope"], "argument --task: invalid choice: 'nope'"),
-        (["evaluate"], "the following arguments are required: --checkpoint"),
+        (["evaluate"], "the following arguments are required: --model"),
         ([], "the following arguments are required: COMMAND"),
     ],
 )
@@ -132,7 +132,7 @@ def test_alpha_must_be_at_least_0(capsys, command):
         main([command, "--alpha", "-0.5"])
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "argument --alpha: must be >= 0, got -0.5" in err, err
-    given = [command, "--alpha", "0"] + ["--checkpoint", "model.pt"] * (command != "train")
+    given = [command, "--alpha", "0"] + ["--model", "model.pt"] * (command != "train")
     assert build_parser().parse_args(given).alpha == 0.0
 
 
@@ -141,8 +141,8 @@ def test_alpha_must_be_at_least_0(capsys, command):
     [
         (["train", "--task", "copy"], "train needs a budget: --steps N, --minutes M"),
         (["train", "--steps", "1", "--data-dir", "{tmp}"], "train.de.gz not found in data_dir"),
-        (["evaluate", "--checkpoint", "{tmp}/missing.pt"], "model file not found"),
-        (["translate", "--checkpoint", "{tmp}/bad.pt", "x"], "is not a safetensors model file"),
+        (["evaluate", "--model", "{tmp}/missing.pt"], "model file not found"),
+        (["translate", "--model", "{tmp}/bad.pt", "x"], "is not a safetensors model file"),
         (["train", "--task", "copy", "--steps", "1", "--copy-vocab", "4"], "--copy-vocab 4 with"),
     ],
 )
@@ -169,9 +169,7 @@ def test_export_onnx_without_its_extra_names_the_install(capsys, monkeypatch, tm
     )
     out = tmp_path / "out"
     assert (
-        main(
-            ["export-onnx", "--checkpoint", str(tmp_path / "model.safetensors"), "--out", str(out)]
-        )
+        main(["export-onnx", "--model", str(tmp_path / "model.safetensors"), "--out", str(out)])
         == 2
     )
     err = capsys.readouterr().err
@@ -187,7 +185,7 @@ def test_export_onnx_without_its_extra_names_the_install(capsys, monkeypatch, tm
     "args, message",
     [
         (["train", "--steps", "1", "--wrong"], "unrecognized arguments: --wrong"),
-        (["evaluate", "--checkpoint", "missing.pt"], "error: model file not found"),
+        (["evaluate", "--model", "missing.pt"], "error: model file not found"),
     ],
 )
 def test_errors_from_the_real_command(args, message):
@@ -291,7 +289,7 @@ def test_evaluate_a_saved_model(multi30k_run, capsys):
     args = ["--split", "val", "--limit", "3", "--beam", "2", "--data-dir", str(DATA)]
     ckpt = str(multi30k_run / "model.safetensors")
     hyps = multi30k_run / "hypotheses"
-    command = ["evaluate", "--checkpoint", ckpt, *args, "--results", str(report)]
+    command = ["evaluate", "--model", ckpt, *args, "--results", str(report)]
     assert main([*command, "--hypotheses", str(hyps)]) == 0
     assert [line.split(":")[0] for line in capsys.readouterr().out.splitlines()] == [
         "beam 1",
@@ -310,9 +308,7 @@ def test_evaluate_a_saved_model(multi30k_run, capsys):
 @pytest.mark.slow
 def test_translate_from_arguments_and_stdin(multi30k_run):
     ckpt = multi30k_run / "model.safetensors"
-    done = run_cli(
-        "translate", "--checkpoint", ckpt, "--beam", "1", stdin="Ein Hund.\n\nEin Mann.\n"
-    )
+    done = run_cli("translate", "--model", ckpt, "--beam", "1", stdin="Ein Hund.\n\nEin Mann.\n")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.split("\n")[:-1]
     assert len(lines) == 3 and lines[0] and lines[1] == "" and lines[2]  # one per input line

@@ -81,7 +81,7 @@ def test_evaluate_scores_the_direction_it_was_trained_for(en_de_run, capsys):
     report, hyps = en_de_run / "eval.json", en_de_run / "hypotheses"
     command = [
         "evaluate",
-        "--checkpoint",
+        "--model",
         en_de_run / "model.safetensors",
         "--split",
         "val",
@@ -126,7 +126,7 @@ def test_a_flag_that_contradicts_the_checkpoint_is_refused(en_de_run, capsys, tm
     }
     args = [
         command,
-        "--checkpoint",
+        "--model",
         en_de_run / "model.safetensors",
         "--direction",
         "de-en",
@@ -142,9 +142,7 @@ def test_a_flag_that_contradicts_the_checkpoint_is_refused(en_de_run, capsys, tm
 
 def test_a_checkpoint_saved_before_the_option_translates_german_to_english(capsys):
     assert load_for_inference(str(GERMAN_ENGLISH), None, torch.device("cpu")).direction == "de-en"
-    line = fails(
-        capsys, ["translate", "--checkpoint", GERMAN_ENGLISH, "--direction", "en-de", "A dog."]
-    )
+    line = fails(capsys, ["translate", "--model", GERMAN_ENGLISH, "--direction", "en-de", "A dog."])
     assert "asks for English->German" in line and "translates German->English (de-en)" in line
 
 
@@ -167,7 +165,7 @@ def test_either_direction_trains_the_same_tokenizer(en_de_run, tmp_path, capsys)
     capsys.readouterr()
     command = [
         "translate",
-        "--checkpoint",
+        "--model",
         en_de_run / "model.safetensors",
         "--tokenizer",
         other / "tokenizer.json",

@@ -70,7 +70,7 @@ def run_dir(tmp_path, tok):
 def translate(capsys, monkeypatch, checkpoint, *args, stdin: bytes | None = None):
     if stdin is not None:
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
-    code = main(["translate", "--checkpoint", str(checkpoint), "--beam", "1", *map(str, args)])
+    code = main(["translate", "--model", str(checkpoint), "--beam", "1", *map(str, args)])
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -123,15 +123,15 @@ def test_bad_device(capsys, tmp_path, run_dir, device, message):
         capsys, [*COPY, "--steps", "1", "--device", device, "--out", tmp_path / "o"]
     )
     model = run_dir / "model.safetensors"
-    assert message in fails(capsys, ["translate", "--checkpoint", model, "--device", device, "x"])
+    assert message in fails(capsys, ["translate", "--model", model, "--device", device, "x"])
     assert not (tmp_path / "o").exists()
 
 
 def test_evaluate_results_checked_before_scoring(capsys, run_dir, tmp_path):
-    args = ["evaluate", "--checkpoint", run_dir / "model.safetensors", "--results", tmp_path]
+    args = ["evaluate", "--model", run_dir / "model.safetensors", "--results", tmp_path]
     assert "--results" in fails(capsys, args) and "is a folder" in fails(capsys, args)
     assert "--split must be one of" in fails(
-        capsys, ["evaluate", "--checkpoint", run_dir / "model.safetensors", "--split", "nope"]
+        capsys, ["evaluate", "--model", run_dir / "model.safetensors", "--split", "nope"]
     )
 
 

@@ -138,7 +138,7 @@ def run_dir(tmp_path_factory) -> Path:
 
 def translate(capsys, monkeypatch, run_dir, stdin: bytes):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
-    code = main(["translate", "--checkpoint", str(run_dir / "model.safetensors"), "--beam", "1"])
+    code = main(["translate", "--model", str(run_dir / "model.safetensors"), "--beam", "1"])
     out = capsys.readouterr()
     return code, out.out.split("\n")[:-1], out.err
 
@@ -147,7 +147,7 @@ def translate(capsys, monkeypatch, run_dir, stdin: bytes):
 @pytest.mark.slow  # a second Python process starts torch
 def test_translate_prints_each_line_before_the_input_ends(capsys, monkeypatch, run_dir):
     _, expected, _ = translate(capsys, monkeypatch, run_dir, "Ein Hund läuft.\n".encode())
-    proc = start("translate", "--checkpoint", run_dir / "model.safetensors", "--beam", "1",
+    proc = start("translate", "--model", run_dir / "model.safetensors", "--beam", "1",
                  stdin=subprocess.PIPE)  # fmt: skip
     try:
         proc.stdin.write("Ein Hund läuft.\n")
@@ -445,10 +445,10 @@ def test_resume_refuses_an_abbreviated_option_and_leaves_the_run_as_it_was(capsy
     [
         (["train", "--task", "copy", "--step", "3"], "--step"),  # --steps
         (["train", "--task", "copy", "--no-tie", "--steps", "3"], "--no-tie"),  # --no-tie-output
-        (["evaluate", "--checkpoint", "c.pt", "--lim", "3"], "--lim"),  # --limit
-        (["translate", "--checkpoint", "c.pt", "--bea", "2"], "--bea"),  # --beam
+        (["evaluate", "--model", "c.pt", "--lim", "3"], "--lim"),  # --limit
+        (["translate", "--model", "c.pt", "--bea", "2"], "--bea"),  # --beam
         (["check", "attention", "a.py:f", "--time", "2"], "--time"),  # --timeout
-        (["export-onnx", "--checkpoint", "c", "--out", "o", "--tok", "t"], "--tok"),  # --tokenizer
+        (["export-onnx", "--model", "c", "--out", "o", "--tok", "t"], "--tok"),  # --tokenizer
     ],
 )
 def test_every_command_refuses_an_abbreviated_option(capsys, args, abbreviated):

@@ -132,7 +132,7 @@ def test_page_config(exported, python_model):
     assert json.loads((out / "translator.json").read_text()) == config
     assert config["vocab_size"] == model.cfg.tgt_vocab and config["n_layers"] == model.cfg.n_layers
     assert config["special_ids"] == {"pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}
-    assert config["checkpoint_sha256"] == sha256_of(CHECKPOINT)
+    assert config["model_sha256"] == sha256_of(CHECKPOINT)
     assert sha256_of(out / "tokenizer.json") == config["tokenizer_sha256"]
 
 
@@ -149,9 +149,9 @@ def test_export_copy_rejects_bad_lengths(python_model):
         export_copy(model, 0)
 
 
-def test_command_names_a_missing_checkpoint(tmp_path, capsys):
+def test_command_names_a_missing_model_file(tmp_path, capsys):
     missing = tmp_path / "nothing.pt"
-    assert main(["export-onnx", "--checkpoint", str(missing), "--out", str(tmp_path)]) == 2
+    assert main(["export-onnx", "--model", str(missing), "--out", str(tmp_path)]) == 2
     assert f"model file not found: {missing}" in capsys.readouterr().err
 
 
@@ -193,6 +193,17 @@ def tiny(tmp_path_factory):
         config = export_translator(folder / "model.safetensors", None, folder / "out")
     files = {name: folder / "out" / file for name, file in config["files"].items()}
     return model.eval(), config, files, before
+
+
+def test_an_out_that_is_a_file_is_refused_naming_out(tiny, tmp_path, capsys):
+    """`--out ok.py` with ok.py a file: one line that names --out, and the file left as it was."""
+    model_file = tiny[2]["encoder"].parent.parent / "model.safetensors"  # the tiny run's folder
+    taken = tmp_path / "ok.py"
+    taken.write_text("print('mine')\n")
+    assert main(["export-onnx", "--model", str(model_file), "--out", str(taken)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --out {taken} is a file, expected a folder\n"
+    assert taken.read_text() == "print('mine')\n"
 
 
 def test_the_longest_output_the_page_allows(tiny):

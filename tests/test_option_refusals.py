@@ -294,7 +294,7 @@ def test_translate_prints_each_line_before_it_reads_the_next(multi30k_model, cap
         lambda: printed.append(capsys.readouterr().out) or len(printed),
     )
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(stdin, buffer_size=4)))
-    assert main(["translate", "--checkpoint", str(multi30k_model), "--beam", "1"]) == 0
+    assert main(["translate", "--model", str(multi30k_model), "--beam", "1"]) == 0
     printed.append(capsys.readouterr().out)
     # asked for line 2 after line 1's translation was out, for line 3 after line 2's
     assert [text.count("\n") for text in printed] == [0, 1, 1, 1], printed
@@ -329,7 +329,7 @@ class ClosedPipe(io.StringIO):
 def test_translate_into_a_closed_pipe_ends_quietly(multi30k_model, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     code = main(
-        ["translate", "--checkpoint", str(multi30k_model), "--beam", "1", "Ein Hund.", "Ein Mann."]
+        ["translate", "--model", str(multi30k_model), "--beam", "1", "Ein Hund.", "Ein Mann."]
     )
     assert code == 141 and capsys.readouterr().err == ""  # as a Unix tool killed by SIGPIPE
 

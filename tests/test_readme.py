@@ -79,7 +79,7 @@ def test_the_start_here_box_states_the_core_paths_length_as_it_is():
 def test_the_translate_example_reads_a_committed_model():
     """The first translate command works from a fresh clone: its checkpoint is in the repository."""
     text = README.read_text(encoding="utf-8")
-    commands = re.findall(r"annotated translate --checkpoint (\S+)", text)
+    commands = re.findall(r"annotated translate --model (\S+)", text)
     assert commands, "README.md should show how to translate"
     first = README.parent / commands[0]
     assert first.is_file() and (first.parent / "tokenizer.json").is_file(), commands[0]

@@ -260,7 +260,7 @@ def test_a_committed_model_refuses_another_tokenizer_of_its_size(capsys, tmp_pat
     other = tmp_path / "tokenizer.json"
     other.write_text(json.dumps(tokenizer, ensure_ascii=False), encoding="utf-8")
     model = COMMITTED[0] / "model_fp16.safetensors"
-    err = fails(capsys, ["translate", "--checkpoint", model, "--tokenizer", other, "Ein Hund."])
+    err = fails(capsys, ["translate", "--model", model, "--tokenizer", other, "Ein Hund."])
     assert f"{other} is not the tokenizer that the model in {model} was trained with" in err
 
 
@@ -333,7 +333,7 @@ def test_a_failed_evaluate_creates_no_folders(capsys, tmp_path):
         capsys,
         [
             "evaluate",
-            "--checkpoint",
+            "--model",
             tmp_path / "missing.pt",
             "--results",
             tmp_path / "x" / "y" / "r.json",

@@ -159,7 +159,7 @@ def test_greedy_equals_python(translator, validation, python_models, direction, 
     sources, python_model = validation[direction][:SENTENCES], python_models[direction]
     # The command itself, once, so that "equal to the command" is checked literally.
     command = [sys.executable, "-m", "annotated", "translate", "--beam", "1"]
-    command += ["--checkpoint", str(CHECKPOINTS[direction]), sources[0]]
+    command += ["--model", str(CHECKPOINTS[direction]), sources[0]]
     printed = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert printed.strip() == python_translation(python_model, sources[0])
 

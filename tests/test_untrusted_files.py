@@ -84,7 +84,7 @@ def resume(capsys, checkpoint):
 
 
 def translate(capsys, checkpoint, *args):
-    code = main(["translate", "--checkpoint", str(checkpoint), "--beam", "1", *map(str, args)])
+    code = main(["translate", "--model", str(checkpoint), "--beam", "1", *map(str, args)])
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -320,7 +320,7 @@ def test_a_failed_export_leaves_the_previous_one(capsys, monkeypatch, tmp_path, 
     import annotated.app.onnx_export as onnx_export
 
     ckpt, out = make_run(tmp_path / "run", tok).with_name("model.safetensors"), tmp_path / "page"
-    assert main(["export-onnx", "--checkpoint", str(ckpt), "--out", str(out)]) == 0
+    assert main(["export-onnx", "--model", str(ckpt), "--out", str(out)]) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert sorted(before) == [
         "decoder_step.onnx",
@@ -337,7 +337,7 @@ def test_a_failed_export_leaves_the_previous_one(capsys, monkeypatch, tmp_path, 
 
     monkeypatch.setattr(onnx_export, "store_exact_float16", half_written)
     capsys.readouterr()
-    assert main(["export-onnx", "--checkpoint", str(ckpt), "--out", str(out)]) == code
+    assert main(["export-onnx", "--model", str(ckpt), "--out", str(out)]) == code
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     if code == 2:
@@ -443,7 +443,7 @@ def test_a_model_file_moved_out_of_its_run_folder_translates(capsys, tmp_path, s
     code, text, err = translate(capsys, moved / "model.safetensors", "Ein Hund.")
     assert code == 0 and text.count("\n") == 1 and err == "", err
     (out / "manifest.json").unlink()  # the run folder of a run that did not finish
-    err = fails(capsys, ["translate", "--checkpoint", out / "model.safetensors", "Ein Hund."])
+    err = fails(capsys, ["translate", "--model", out / "model.safetensors", "Ein Hund."])
     assert err == (
         f"error: {out / 'model.safetensors'}: its folder has no manifest.json, so the run that wrote "
         f"it did not finish (continue it with: python -m annotated train --resume {out})"
@@ -455,9 +455,9 @@ def test_the_kind_of_file_is_named_before_the_tokenizer_is_looked_for(capsys, tm
     copy_run = tmp_path / "copy"
     assert main([*"train --task copy --steps 2".split(), *TINY, "--out", str(copy_run)]) == 0
     capsys.readouterr()
-    err = fails(capsys, ["translate", "--checkpoint", copy_run / "model.safetensors", "x"])
+    err = fails(capsys, ["translate", "--model", copy_run / "model.safetensors", "x"])
     assert "holds a model trained on the copy task" in err, err
-    err = fails(capsys, ["translate", "--checkpoint", copy_run / "checkpoint.pt", "x"])
+    err = fails(capsys, ["translate", "--model", copy_run / "checkpoint.pt", "x"])
     assert "is not a safetensors model file: it is a torch.save checkpoint" in err, err
 
 

@@ -101,12 +101,12 @@ def test_train_evaluate_and_translate_without_posix(tmp_path, data_dir):
     ]
 
     checkpoint = out / "model.safetensors"
-    evaluate = ["evaluate", "--checkpoint", checkpoint, "--split", "val", "--limit", "2"]
+    evaluate = ["evaluate", "--model", checkpoint, "--split", "val", "--limit", "2"]
     done = without_posix(*evaluate, "--beam", "2", "--data-dir", data_dir, cwd=tmp_path)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert [line.split(":")[0] for line in done.stdout.splitlines()] == ["beam 1", "beam 2"]
 
-    translate = ["translate", "--checkpoint", checkpoint, "--beam", "2"]
+    translate = ["translate", "--model", checkpoint, "--beam", "2"]
     done = without_posix(*translate, stdin="Ein Hund läuft.\n", cwd=tmp_path)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert len(done.stdout.splitlines()) == 1  # one translation for the one line read

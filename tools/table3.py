@@ -100,7 +100,7 @@ def commands(
     train += ["--data-dir", data_dir, "--results", str(train_file.relative_to(ROOT))]
     evaluate = [
         "evaluate",
-        "--checkpoint",
+        "--model",
         f"{run}/model.safetensors",
         "--beam",
         "1",

@@ -64,10 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = sub.add_parser("evaluate", help="BLEU of a saved Multi30k model on a split, greedy and beam")
     translate = sub.add_parser("translate", help="translate sentences with a saved model, in the languages it was trained for")
     for p in (evaluate, translate):
-        p.add_argument("--checkpoint", required=True,
+        p.add_argument("--model", required=True,
                        help="model file written by 'train' (OUT/model.safetensors, or --export-half's)")
         p.add_argument("--tokenizer", default=None,
-                       help="tokenizer file (default: tokenizer.json next to the checkpoint)")
+                       help="tokenizer file (default: tokenizer.json next to the model file)")
         p.add_argument("--beam", type=positive_type(int), default=4,
                        help="beam size; 1 means greedy decoding (default 4)")
         p.add_argument("--alpha", type=number_type(float, at_least=0), default=0.6,
@@ -187,10 +187,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace, device: torch.device) -> None:
-    model, tok, direction = load_for_inference(args.checkpoint, args.tokenizer, device, args.direction)
+    model, tok, direction = load_for_inference(args.model, args.tokenizer, device, args.direction)
     check_beam(args.beam, model, device)
     pairs = load_multi30k(args.split, args.data_dir, direction=direction)[: args.limit]
-    report = {"split": args.split, "checkpoint": args.checkpoint, "direction": direction}
+    report = {"split": args.split, "model": args.model, "direction": direction}
     _, target = check_direction(direction)  # the language of the translations
     for beam in sorted({1, args.beam}):
         name = "greedy" if beam == 1 else f"beam{beam}"
@@ -203,7 +203,7 @@ def _evaluate(args: argparse.Namespace, device: torch.device) -> None:
 
 def cmd_translate(args: argparse.Namespace) -> int:
     device = device_of(args.device or "cpu")
-    model, tok, _ = load_for_inference(args.checkpoint, args.tokenizer, device, args.direction)
+    model, tok, _ = load_for_inference(args.model, args.tokenizer, device, args.direction)
     check_beam(args.beam, model, device)
     longest = model.cfg.max_len - 1 - EXTRA_TARGET_TOKENS  # BOS, then up to 50 more tokens than read
     bad = 0

@@ -33,14 +33,14 @@ class LoadedModel(NamedTuple):
 
 
 def load_for_inference(
-    checkpoint: str, tokenizer: str | None, device: torch.device, direction: str | None = None
+    model_file: str, tokenizer: str | None, device: torch.device, direction: str | None = None
 ) -> LoadedModel:
     """The model and tokenizer of a Multi30k run, each checked against the other (and its run's folder).
 
     `direction`, if given, must be the one the model was trained for."""
     if direction is not None:
         check_direction(direction)
-    path = Path(checkpoint)
+    path = Path(model_file)
     if not path.is_file():
         raise FileNotFoundError(f"model file not found: {path}")
     model, info = load_model(path)  # safetensors: no code runs (appendix 21); a checkpoint is named here

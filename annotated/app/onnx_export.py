@@ -23,6 +23,7 @@ from .parser import add_direction_check
 from ..data.multi30k import LANGUAGES, check_direction
 from ..data.vocab import BOS, EOS, PAD, UNK
 from ..files import atomic_path, sha256_of, write_error
+from ..runs.folder import writable_folder
 from annotated.app.onnx_graphs import (
     ENCODER_IO,
     EXTRA_TARGET_TOKENS,
@@ -72,13 +73,13 @@ class OnnxTranslator:
 
 # %% ../../notebooks/36_browser.ipynb #c027
 def export_translator(
-    checkpoint: str | Path, tokenizer: str | Path | None, out: str | Path, direction: str | None = None
+    model_file: str | Path, tokenizer: str | Path | None, out: str | Path, direction: str | None = None
 ) -> dict:
     """Write encoder.onnx, decoder_step.onnx, tokenizer.json and translator.json into `out`."""
-    tok_path = Path(tokenizer) if tokenizer else Path(checkpoint).with_name("tokenizer.json")
-    model, _, direction = load_for_inference(str(checkpoint), str(tok_path), torch.device("cpu"), direction)
+    tok_path = Path(tokenizer) if tokenizer else Path(model_file).with_name("tokenizer.json")
+    model, _, direction = load_for_inference(str(model_file), str(tok_path), torch.device("cpu"), direction)
     exportable, out = export_copy(model), Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    writable_folder(out, "--out")  # created if need be; a file there is refused, naming --out
     src = torch.arange(4, 10)[None]  # (1, 6) any ids: the axes stay variable
     with torch.no_grad():
         cross_k, cross_v = EncoderExport(exportable)(src)  # (N, 1, H, 6, Dk)
@@ -95,7 +96,7 @@ def export_translator(
         **{k: getattr(cfg, k) for k in ("n_layers", "n_heads", "d_model")},
         "beam_size": 4,  # the page's beam search: §6.1's beam of 4 and alpha 0.6
         "alpha": 0.6,
-        "checkpoint_sha256": sha256_of(Path(checkpoint)),
+        "model_sha256": sha256_of(Path(model_file)),
         "tokenizer_sha256": sha256_of(tok_path),
     }
     # every file is written whole under a temporary name beside it first, then they are renamed one
@@ -155,7 +156,7 @@ def check_onnx_installed() -> None:
 
 def cmd_export_onnx(args: argparse.Namespace) -> int:
     check_onnx_installed()
-    config = export_translator(args.checkpoint, args.tokenizer, args.out, args.direction)
+    config = export_translator(args.model, args.tokenizer, args.out, args.direction)
     check_export(args.out)  # read back: what the page will check
     out = Path(args.out)
     for name in (*config["files"].values(), "tokenizer.json", "translator.json"):
@@ -169,12 +170,12 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         "export-onnx", help="export a saved Multi30k model to ONNX for the book's browser page"
     )
     export.add_argument(
-        "--checkpoint", required=True, help="model file written by 'train' (OUT/model.safetensors)"
+        "--model", required=True, help="model file written by 'train' (OUT/model.safetensors)"
     )
     export.add_argument(
         "--tokenizer",
         default=None,
-        help="tokenizer file (default: tokenizer.json next to the checkpoint)",
+        help="tokenizer file (default: tokenizer.json next to the model file)",
     )
     export.add_argument(
         "--out", required=True, help="directory for the ONNX files and the page's JSON"

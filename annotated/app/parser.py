@@ -90,7 +90,8 @@ def add_train_options(train: argparse.ArgumentParser) -> None:
         help="what to learn: Multi30k German->English, or copying random sequences (chapter 13)")
     add("--preset", choices=list(PRESETS), default=None,
         help="start from a named recipe (appendix 31); options given beside it win")
-    add("--out", help="directory for the checkpoint, tokenizer and results (default: %(default)s)")
+    add("--out", help="directory for the checkpoint, model files, tokenizer and results "
+        "(default: %(default)s)")
     add("--results", help="also write the results file here (default: OUT/results.json)")
     add("--steps", type=pos_int, help="stop after this many optimizer updates")
     add("--minutes", type=pos_float, help="stop after this much wall-clock time")
@@ -136,7 +137,7 @@ def add_task_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_direction_check(parser: argparse.ArgumentParser) -> None:
-    """`--direction` for a command that reads a checkpoint: the checkpoint says it; a flag is checked."""
+    """`--direction` for a command that reads a model file: the file says it; a flag is checked."""
     parser.add_argument("--direction", choices=list(DIRECTIONS), default=None,
                         help="the languages the model must translate, source-target; refused if the "
-                        "checkpoint's differ (default: the checkpoint's)")
+                        "model file's differ (default: the model file's)")
