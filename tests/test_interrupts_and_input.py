@@ -154,6 +154,8 @@ def test_translate_prints_each_line_before_the_input_ends(capsys, monkeypatch, r
         proc.stdin.flush()  # and the input stays open, as a pipe from a slow writer would
         assert first_line(proc) == expected[0] + "\n"
         proc.send_signal(signal.SIGINT)  # Ctrl-C while it waits for more: what was printed stays
+        # its input still open: the interrupt, not the end of the input, must end it
+        proc.wait(timeout=60)
         out, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
