@@ -439,6 +439,32 @@ class TorchTuple(nn.Module):
         return self.mha(query, key, value, attn_mask=mask)
 
 
+class FusedWithoutOutputProjection(nn.Module):
+    """One W_qkv sliced with F.linear, as chapter 04's exercise does, and no W^O after the heads."""
+
+    def __init__(self, d_model: int, n_heads: int):
+        super().__init__()
+        self.W_qkv, self.d_model, self.n_heads = nn.Linear(d_model, 3 * d_model), d_model, n_heads
+
+    def forward(self, query, key, value, mask=None):
+        W, b, d = self.W_qkv.weight, self.W_qkv.bias, self.d_model
+        q, k, v = (
+            F.linear(x, W[i * d : (i + 1) * d], b[i * d : (i + 1) * d])
+            for i, x in enumerate((query, key, value))
+        )
+        heads = [x.view(x.size(0), x.size(1), self.n_heads, -1).transpose(1, 2) for x in (q, k, v)]
+        scores = (
+            heads[0] @ heads[1].transpose(-2, -1) / math.sqrt(d // self.n_heads)
+        )  # (B, H, T, S)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        weights = scores.softmax(-1)
+        if mask is not None:
+            weights = weights.masked_fill(~mask, 0.0)
+        out = weights @ heads[2]  # (B, H, T, Dv)
+        return out.transpose(1, 2).reshape(query.size(0), query.size(1), d)  # no W^O
+
+
 MIXES_POSITIONS = ("matches_reference", "permutation_equivariance", "key_order_invariance")
 WRONG_MULTI_HEAD = [
     wrong("multi_head", SplitWithView, *MIXES_POSITIONS, "causality", "padding_invariance"),
@@ -459,6 +485,7 @@ WRONG_MULTI_HEAD = [
         "fully_masked_row_reads_nothing",  # the zeros of one query spread over several positions
     ),
     wrong("multi_head", ScaledByDModel, "matches_reference"),
+    wrong("multi_head", FusedWithoutOutputProjection, "parameter_count"),
     wrong("multi_head", PerHeadScaledByDModel, "matches_reference"),
     wrong("multi_head", ValuesFromKeyInput, "matches_reference"),
     wrong("multi_head", MultiHeadMinusInf, "fully_masked_row_reads_nothing"),

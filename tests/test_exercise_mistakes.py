@@ -436,6 +436,7 @@ MISTAKES = {
             "tgt[:, -1] = eos_id",
         ),
         ("no BOS", "tgt[:, 0] = bos_id", "pass"),
+        ("the book's BOS written as a number", "tgt[:, 0] = bos_id", "tgt[:, 0] = 1"),
     ],
     ("13_copy_task", "my_average_weights"): [
         (
@@ -461,6 +462,11 @@ MISTAKES = {
         ),
         ("pad allowed as an answer", 'logits[:, pad_id] = float("-inf")', "pass"),
         ("finished sentences keep writing", ".masked_fill(done, pad_id)", ""),
+        (
+            "no cache: the whole prefix every step",
+            "next_token_logits(model, memory, src_mask, ys, cache)",
+            "next_token_logits(model, memory, src_mask, ys)",
+        ),
     ],
     ("14_decoding", "my_follow_beams"): [
         (

@@ -194,6 +194,17 @@ def _mha_fully_masked_row(m):
     return ("a query with every key hidden reads nothing: its output does not depend on the inputs, "
             "and every parameter's gradient is finite")
 
+
+def _mha_parameter_count(m):
+    """W^Q, W^K, W^V and W^O: 4 d_model^2 weights in any layout, and up to 4 d_model biases."""
+    got = sum(p.numel() for p in m.parameters() if p.requires_grad)
+    weights, biases = 4 * D * D, 4 * D
+    expect(weights <= got <= weights + biases,
+           f"{got} trainable parameters, expected 4 d_model^2 = {weights} for W^Q, W^K, W^V and W^O "
+           f"(d_model={D}) and up to {biases} of biases"
+           + (": 3 d_model^2 is the three input projections alone, no W^O" if got < weights else ""))
+    return f"{got} parameters: the 4 d_model^2 = {weights} of W^Q, W^K, W^V, W^O, and {got - weights} of biases"
+
 # %% ../../notebooks/24_check.ipynb #c040
 @reporting_stand_ins
 def multi_head(factory: Callable) -> Report:
@@ -214,5 +225,6 @@ def multi_head(factory: Callable) -> Report:
         causality=_mha_causality,
         padding_invariance=_mha_padding,
         fully_masked_row_reads_nothing=_mha_fully_masked_row,
+        parameter_count=_mha_parameter_count,
     )
     return run_properties("multi_head", lambda: module_from(factory, D, H), properties)
