@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from cli_helpers import TINY
+from cli_helpers import multi30k_run as run_multi30k
 
 import annotated.app.cli as cli
 from annotated.app import build_parser, main, with_task_defaults
@@ -238,20 +239,8 @@ def test_train_copy_end_to_end(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def multi30k_run(tmp_path_factory):
-    if not (DATA / "train.de.gz").is_file():
-        if os.environ.get("CI"):
-            pytest.fail(f"the Multi30k files are missing from {DATA}")
-        pytest.skip(f"no Multi30k files in {DATA}")
-    out = tmp_path_factory.mktemp("multi30k")
-    args = ["train", "--steps", "1", "--vocab-size", "300", "--no-test", *TINY]
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # module-scoped: set up before the per-test fixture
-    try:
-        assert main([*args, "--data-dir", str(DATA), "--out", str(out)]) == 0
-    finally:
-        torch.set_num_threads(before)
-    return out
+def multi30k_run(tmp_path_factory, data_dir):
+    return run_multi30k(tmp_path_factory.mktemp("multi30k"), data_dir)
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import TINY, fails
+from cli_helpers import MULTI30K, TINY, fails, multi30k_run
 
 from annotated.app import main
 from annotated.app.inference import load_for_inference
@@ -30,25 +30,7 @@ def need_data() -> None:
 @pytest.fixture(scope="module")
 def en_de_run(tmp_path_factory):
     need_data()
-    out = tmp_path_factory.mktemp("en-de")
-    args = [
-        "train",
-        "--direction",
-        "en-de",
-        "--steps",
-        "1",
-        "--vocab-size",
-        "300",
-        "--no-test",
-        *TINY,
-    ]
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        assert main([*args, "--data-dir", str(DATA), "--out", str(out)]) == 0
-    finally:
-        torch.set_num_threads(before)
-    return out
+    return multi30k_run(tmp_path_factory.mktemp("en-de"), DATA, "--direction", "en-de")
 
 
 def test_a_split_in_either_direction():
@@ -177,17 +159,7 @@ def test_either_direction_trains_the_same_tokenizer(en_de_run, tmp_path, capsys)
 def test_resuming_a_checkpoint_without_its_direction_is_refused(tmp_path, capsys):
     need_data()
     out = tmp_path / "old"
-    args = [
-        "train",
-        "--steps",
-        "1",
-        "--vocab-size",
-        "300",
-        "--no-test",
-        *TINY,
-        "--data-dir",
-        str(DATA),
-    ]
+    args = [*MULTI30K, "--data-dir", str(DATA)]
     assert main([*args, "--out", str(out)]) == 0
     ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
     del ckpt["extra"]["args"]["direction"]  # 'train' always saves it: a damaged or crafted file

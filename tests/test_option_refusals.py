@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import COPY, TINY, fails, listing
+from cli_helpers import COPY, MULTI30K, TINY, fails, listing, multi30k_run
 
 import annotated.app.memory as memory
 from annotated.app import main
@@ -150,17 +150,7 @@ def test_a_run_that_fails_before_its_first_save_leaves_no_tokenizer(
         raise ValueError("the model cannot be built")
 
     monkeypatch.setattr(Multi30kTask, "model", broken)
-    command = [
-        "train",
-        "--steps",
-        "1",
-        "--vocab-size",
-        "300",
-        "--no-test",
-        *TINY,
-        "--data-dir",
-        data_dir_or_skip,
-    ]
+    command = [*MULTI30K, "--data-dir", data_dir_or_skip]
     assert "the model cannot be built" in fails(capsys, [*command, "--out", tmp_path / "out"])
     assert listing(tmp_path) == []
 
@@ -179,17 +169,7 @@ def test_a_signal_while_the_tokenizer_trains_leaves_no_file(
         return tok
 
     monkeypatch.setattr(multi30k, "train_tokenizer", stopped)
-    command = [
-        "train",
-        "--steps",
-        "1",
-        "--vocab-size",
-        "300",
-        "--no-test",
-        *TINY,
-        "--data-dir",
-        data_dir_or_skip,
-    ]
+    command = [*MULTI30K, "--data-dir", data_dir_or_skip]
     err = fails(capsys, [*command, "--out", tmp_path / "out"], code=128 + signal.SIGTERM)
     assert err == "interrupted by SIGTERM: nothing was saved yet"
     assert listing(tmp_path) == []
@@ -301,20 +281,8 @@ def test_translate_prints_each_line_before_it_reads_the_next(multi30k_model, cap
 
 
 @pytest.fixture(scope="module")
-def multi30k_model(tmp_path_factory):
-    if not (DATA / "train.de.gz").is_file():
-        if os.environ.get("CI"):
-            pytest.fail(f"the Multi30k files are missing from {DATA}")
-        pytest.skip(f"no Multi30k files in {DATA}")
-    out = tmp_path_factory.mktemp("multi30k")
-    args = ["train", "--steps", "1", "--vocab-size", "300", "--no-test", *TINY]
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        assert main([*args, "--data-dir", str(DATA), "--out", str(out)]) == 0
-    finally:
-        torch.set_num_threads(before)
-    return out / "model.safetensors"
+def multi30k_model(tmp_path_factory, data_dir):
+    return multi30k_run(tmp_path_factory.mktemp("multi30k"), data_dir) / "model.safetensors"
 
 
 class ClosedPipe(io.StringIO):

@@ -49,8 +49,9 @@ def parameter_count(dims: dict) -> int:
 def check_model(dims: dict, device: torch.device) -> float:
     """Refuse a model whose training state cannot fit; return its bytes, for the checks of a batch."""
     # float32 weights, their gradients and Adam's two moments: four copies of every parameter
-    need = 4.0 * 4 * parameter_count(dims)
-    what = f"the model ({parameter_count(dims):,} parameters, with their gradients and Adam's two moments)"
+    count = parameter_count(dims)
+    need = 4.0 * 4 * count
+    what = f"the model ({count:,} parameters, with their gradients and Adam's two moments)"
     check_memory(need, device, what, "--d-model, --d-ff or --n-layers")
     return need
 
